@@ -1,0 +1,34 @@
+"""Shared test fixtures. Model fixtures that need torch live further down and import it lazily."""
+from __future__ import annotations
+
+import pytest
+
+from tinyagent import BaseModel, Completion
+
+
+class ScriptedModel(BaseModel):
+    """A model that answers with canned replies, honours `stop`, and records every call."""
+
+    def __init__(self, replies, usage: tuple[int, int] | None = None):
+        self.replies = list(replies)
+        self.calls: list[dict] = []
+        self.usage = usage
+
+    def generate(self, messages, stop=None, **kwargs):
+        self.calls.append({"messages": [dict(m) for m in messages], "stop": stop, "kwargs": kwargs})
+        if not self.replies:
+            raise AssertionError("ScriptedModel ran out of replies")
+        text = self.replies.pop(0)
+        for s in stop or ():
+            i = text.find(s)
+            if i >= 0:
+                text = text[:i]
+        if self.usage:
+            return Completion(text, prompt_tokens=self.usage[0], completion_tokens=self.usage[1])
+        return text
+
+
+@pytest.fixture
+def scripted():
+    """Factory: scripted(["reply 1", "reply 2"]) -> ScriptedModel."""
+    return ScriptedModel

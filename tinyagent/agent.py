@@ -1,0 +1,266 @@
+"""The ReAct loop: ask the model for a step, run the tool it names, append the observation, repeat."""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from . import react
+from .llm.base import BaseModel, Message, history_to_messages, usage_of
+from .tools.base import Tool, ToolError, tool as make_tool
+from .trace import redact
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_OBSERVATION_CHARS = 4000
+TRUNCATION_MARKER = {"en": "\n[... {n} more characters cut ...]", "zh": "\n[……已截去 {n} 个字符……]"}
+
+
+@dataclass
+class Step:
+    """One model reply and what the agent did with it."""
+
+    index: int
+    text: str                       # the reply as it enters the scratchpad
+    thought: str = ""
+    action: str | None = None       # tool name the model asked for
+    action_input: str | None = None  # the raw text after `Action Input:`
+    arguments: dict | None = None   # the parsed arguments, when they parsed
+    observation: str | None = None  # what the model sees next
+    raw_observation: str | None = None  # the tool's output before cutting / distilling, if different
+    final_answer: str | None = None
+    error: str | None = None        # what went wrong in this step, if anything
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    model_seconds: float = 0.0
+    tool_seconds: float = 0.0
+
+
+@dataclass
+class AgentResult:
+    """The outcome of one `run`."""
+
+    question: str
+    answer: str = ""
+    steps: list[Step] = field(default_factory=list)
+    finished: bool = False          # True only when the model gave a final answer
+    stop_reason: str = ""           # final_answer | no_action | max_turns
+    lang: str = "en"
+    generate_calls: int = 0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    seconds: float = 0.0
+
+    def add_usage(self, usage: dict) -> None:
+        self.generate_calls += 1
+        for key in ("prompt_tokens", "completion_tokens"):
+            if usage.get(key) is not None:
+                setattr(self, key, (getattr(self, key) or 0) + usage[key])
+
+
+class Agent:
+    """A ReAct agent over any `BaseModel` and a list of tools.
+
+    One `Agent` keeps one conversation (`chat`); use one instance per thread.
+    `on_step(step)` is called after each step, `on_text(text)` with text as the model writes it.
+    """
+
+    def __init__(
+        self,
+        model: BaseModel,
+        tools: list[Tool | Callable] | None = None,
+        lang: str = "auto",
+        max_turns: int = 5,
+        system_prompt: str | None = None,
+        examples: list[dict] | None = None,
+        max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS,
+        on_step: Callable[[Step], None] | None = None,
+        on_text: Callable[[str], None] | None = None,
+        **generate_kwargs,
+    ):
+        if lang not in ("auto", "en", "zh"):
+            raise ValueError(f"lang must be 'auto', 'en' or 'zh', not {lang!r}")
+        self.model = model
+        self.tools: dict[str, Tool] = {}
+        for t in tools or []:
+            self.add_tool(t)
+        self.lang = lang
+        self.max_turns = max_turns
+        self.system_prompt = system_prompt
+        self.examples = examples
+        self.max_observation_chars = max_observation_chars
+        self.on_step = on_step
+        self.on_text = on_text
+        self.generate_kwargs = generate_kwargs
+        self.history: list[tuple[str, str]] = []
+
+    def add_tool(self, t: Tool | Callable) -> None:
+        t = t if isinstance(t, Tool) else make_tool(t)
+        if t.name_for_model in self.tools:
+            raise ValueError(f"two tools are named {t.name_for_model!r}")
+        self.tools[t.name_for_model] = t
+
+    # --- the TinyAgent vocabulary ---------------------------------------------------------
+
+    def build_system_input(self, lang: str = "en") -> str:
+        """The system prompt: tool descriptions and the ReAct format in `lang`."""
+        if self.system_prompt is not None:
+            return self.system_prompt
+        return react.build_system_prompt(list(self.tools.values()), lang, self.examples)
+
+    @staticmethod
+    def parse_latest_plugin_call(text: str) -> tuple[str, str, str]:
+        return react.parse_latest_plugin_call(text)
+
+    def call_plugin(self, plugin_name: str, plugin_args: str) -> str:
+        """Run a tool from the raw text a model wrote; always returns an observation."""
+        return self._call_tool(Step(index=0, text="", action=plugin_name, action_input=plugin_args), "en").observation
+
+    def text_completion(self, text: str, history: list | None = None) -> tuple[str, list]:
+        """TinyAgent's entry point: answer `text` given (question, answer) history."""
+        result = self.run(text, history=history)
+        return result.answer, list(history or []) + [(text, result.answer)]
+
+    # --- the loop -------------------------------------------------------------------------
+
+    def chat(self, question: str) -> AgentResult:
+        """Answer `question` with the earlier turns of this conversation in context."""
+        result = self.run(question, history=self.history)
+        self.history.append((question, result.answer))
+        return result
+
+    def reset(self) -> None:
+        self.history = []
+
+    def run(self, question: str, history: list | None = None) -> AgentResult:
+        """Answer one question: step until a final answer or `max_turns`, then force one."""
+        started = time.perf_counter()
+        lang = self.lang if self.lang != "auto" else react.detect_lang(question)
+        messages: list[Message] = [
+            {"role": "system", "content": self.build_system_input(lang)},
+            *history_to_messages(history),
+            {"role": "user", "content": question},
+        ]
+        result = AgentResult(question=question, lang=lang)
+        scratchpad = ""  # the assistant message that only grows within this run
+        for index in range(self.max_turns):
+            reply, usage, seconds = self._generate(messages, scratchpad, result)
+            step = self._step(index, reply, result, lang)
+            step.prompt_tokens, step.completion_tokens, step.cached_tokens = (
+                usage["prompt_tokens"], usage["completion_tokens"], usage["cached_tokens"])
+            step.model_seconds = seconds
+            self._record(result, step)
+            if step.final_answer is not None:
+                break
+            scratchpad += step.text + react.format_observation(step.observation or "")
+        else:
+            self._force_final_answer(messages, scratchpad, result, lang)
+        result.seconds = time.perf_counter() - started
+        return result
+
+    def _generate(self, messages: list[Message], scratchpad: str, result: AgentResult):
+        if scratchpad:
+            messages = [*messages, {"role": "assistant", "content": scratchpad}]
+        kwargs = dict(self.generate_kwargs)
+        if self.on_text is not None:
+            kwargs["on_text"] = self.on_text
+        t0 = time.perf_counter()
+        reply = self.model.generate(messages, stop=list(react.STOP_WORDS), **kwargs)
+        seconds = time.perf_counter() - t0
+        usage = usage_of(reply)
+        result.add_usage(usage)
+        return react.cut_at_observation(str(reply)), usage, seconds
+
+    def _step(self, index: int, reply: str, result: AgentResult, lang: str) -> Step:
+        """Parse one reply and act on it: a final answer, a tool call, or an error observation."""
+        name, args_text, before = react.parse_latest_plugin_call(reply)
+        step = Step(index=index, text=before.rstrip() if name else reply.rstrip(),
+                    thought=react.parse_thought(reply))
+        final = react.parse_final_answer(reply)
+        if name:
+            step.action, step.action_input = name, args_text
+            return self._call_tool(step, lang, previous=result.steps)
+        if final is not None or reply.strip():
+            step.final_answer = final if final is not None else step.thought
+            result.answer, result.finished = step.final_answer, True
+            result.stop_reason = "final_answer" if final is not None else "no_action"
+            return step
+        step.error = "empty reply"
+        step.observation = ("Error: your reply was empty. Continue with Thought / Action / Action Input, "
+                            "or give the Final Answer.")
+        return step
+
+    def _call_tool(self, step: Step, lang: str, previous: list[Step] = ()) -> Step:
+        tool = self.tools.get(step.action)
+        if tool is None:
+            valid = ", ".join(self.tools) or "none"
+            return _failed(step, f"unknown tool {step.action!r}. Valid tools: {valid}.")
+        try:
+            step.arguments = tool.validate(react.parse_action_input(step.action_input or ""))
+        except (react.ActionInputError, ToolError) as e:
+            return _failed(step, f"bad Action Input for {tool.name_for_model}: {e}. "
+                                 f"Parameters: {json.dumps(tool.parameters_for(lang), ensure_ascii=False)}")
+        repeat = _same_call(step, previous)
+        if repeat is not None:
+            step.error = "repeated call"
+            step.observation = (
+                f"You already called {step.action} with these arguments in step {repeat.index + 1}; "
+                f"its result is above. Do not repeat it: use that result, try other arguments or "
+                f"another tool, or give the Final Answer.")
+            return step
+        t0 = time.perf_counter()
+        try:
+            raw = str(tool(**step.arguments))
+        except ToolError as e:
+            raw, step.error = f"Error: {e}", redact(str(e))
+        except Exception as e:  # a tool bug must not end the run; the model can try something else
+            log.warning("tool %s raised", step.action, exc_info=True)
+            raw, step.error = f"Error: {step.action} failed: {type(e).__name__}: {e}", redact(f"{type(e).__name__}: {e}")
+        step.tool_seconds = time.perf_counter() - t0
+        step.observation = self._observation_text(redact(raw), lang)
+        if step.observation != raw:
+            step.raw_observation = redact(raw)
+        return step
+
+    def _observation_text(self, raw: str, lang: str) -> str:
+        """Tool output as it enters the prompt: control tokens broken, length capped."""
+        text = react.neutralize_control_tokens(raw, getattr(self.model, "control_tokens", ()))
+        limit = self.max_observation_chars
+        if limit is not None and len(text) > limit:
+            text = text[:limit] + TRUNCATION_MARKER[lang].format(n=len(text) - limit)
+        return text
+
+    def _force_final_answer(self, messages, scratchpad: str, result: AgentResult, lang: str) -> None:
+        """At the turn cap, ask once more for the answer from what the scratchpad holds."""
+        reply, usage, seconds = self._generate(messages, scratchpad + react.FORCE_FINAL[lang], result)
+        answer = react.parse_forced_answer(reply)
+        step = Step(index=len(result.steps), text=reply.rstrip(), final_answer=answer or None,
+                    prompt_tokens=usage["prompt_tokens"], completion_tokens=usage["completion_tokens"],
+                    cached_tokens=usage["cached_tokens"], model_seconds=seconds,
+                    error=None if answer else "no final answer at the turn cap")
+        self._record(result, step)
+        result.answer, result.finished, result.stop_reason = answer, bool(answer), "max_turns"
+
+    def _record(self, result: AgentResult, step: Step) -> None:
+        result.steps.append(step)
+        if self.on_step is not None:
+            self.on_step(step)
+
+
+def _failed(step: Step, message: str) -> Step:
+    step.error = message
+    step.observation = f"Error: {message}"
+    return step
+
+
+def _same_call(step: Step, previous: list[Step]) -> Step | None:
+    """An earlier step that ran the same tool with the same arguments."""
+    key = json.dumps(step.arguments, sort_keys=True, ensure_ascii=False)
+    for earlier in previous:
+        if (earlier.action == step.action and earlier.arguments is not None and earlier.error != "repeated call"
+                and json.dumps(earlier.arguments, sort_keys=True, ensure_ascii=False) == key):
+            return earlier
+    return None

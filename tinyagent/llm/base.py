@@ -1,0 +1,107 @@
+"""The model interface: one method to implement, `generate`."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+
+Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
+TextCallback = Callable[[str], None]
+
+
+class Completion(str):
+    """Text returned by `generate`, carrying usage counts where the backend knows them.
+
+    It is a plain `str` for every caller; the agent reads the counts with `usage_of`.
+    Returning a value (rather than storing "last usage" on the model) keeps one model
+    safe to share between threads.
+    """
+
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    seconds: float | None
+    cached_tokens: int | None
+
+    def __new__(
+        cls,
+        text: str,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+        seconds: float | None = None,
+        cached_tokens: int | None = None,
+    ) -> Completion:
+        obj = super().__new__(cls, text)
+        obj.prompt_tokens = prompt_tokens
+        obj.completion_tokens = completion_tokens
+        obj.seconds = seconds
+        obj.cached_tokens = cached_tokens
+        return obj
+
+
+def usage_of(text: str) -> dict:
+    """Usage counts of a `generate` result; all None for a plain str."""
+    return {
+        "prompt_tokens": getattr(text, "prompt_tokens", None),
+        "completion_tokens": getattr(text, "completion_tokens", None),
+        "seconds": getattr(text, "seconds", None),
+        "cached_tokens": getattr(text, "cached_tokens", None),
+    }
+
+
+def trim_at_stop(text: str, stop: Iterable[str] | None) -> str:
+    """Cut `text` before the earliest occurrence of any stop string."""
+    cut = len(text)
+    for s in stop or ():
+        if s:
+            i = text.find(s)
+            if 0 <= i < cut:
+                cut = i
+    return text[:cut]
+
+
+def history_to_messages(history: Iterable | None) -> list[Message]:
+    """TinyAgent history (a list of (user, assistant) pairs) or message dicts -> messages."""
+    messages: list[Message] = []
+    for item in history or ():
+        if isinstance(item, dict):
+            messages.append({"role": item["role"], "content": item["content"]})
+        else:
+            user, assistant = item
+            messages.append({"role": "user", "content": user})
+            messages.append({"role": "assistant", "content": assistant})
+    return messages
+
+
+class BaseModel(ABC):
+    """A chat model. Subclasses implement `generate`; everything else is built on it.
+
+    `generate(messages, stop, **kwargs)` returns only new text. When the last message is an
+    assistant message the model continues it (the agent's scratchpad) instead of starting a
+    new turn. The text ends before the first stop string. Keyword arguments the agent may
+    pass, all optional for a subclass to honour: `max_new_tokens`, `temperature`, `top_p`,
+    `on_text` (a callback receiving text as it is generated).
+    """
+
+    #: Tokens of this model's chat template that must not appear literally in tool output.
+    control_tokens: tuple[str, ...] = ()
+    #: The model's context window in tokens, when known (used for the context budget).
+    context_window: int | None = None
+
+    @abstractmethod
+    def generate(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> str:
+        """Return the model's next text for `messages`, ending before the first stop string."""
+
+    def chat(
+        self, prompt: str, history: list | None = None, meta_instruction: str = ""
+    ) -> tuple[str, list]:
+        """TinyAgent's call shape: one user turn, returns (response, history + [(prompt, response)])."""
+        messages: list[Message] = []
+        if meta_instruction:
+            messages.append({"role": "system", "content": meta_instruction})
+        messages += history_to_messages(history)
+        messages.append({"role": "user", "content": prompt})
+        response = str(self.generate(messages)).strip()
+        return response, list(history or []) + [(prompt, response)]
+
+    def count_tokens(self, messages: list[Message]) -> int | None:
+        """Prompt length in tokens, when the backend can tell without generating."""
+        return None

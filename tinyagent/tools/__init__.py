@@ -1,0 +1,6 @@
+"""Tools the agent can call. Each describes itself for the prompt and validates its arguments."""
+from .base import FunctionTool, Tool, ToolArgumentError, ToolError, tool
+from .calculator import Calculator
+from .google_search import GoogleSearch
+
+__all__ = ["Tool", "FunctionTool", "ToolError", "ToolArgumentError", "tool", "Calculator", "GoogleSearch"]

@@ -1,0 +1,97 @@
+"""Google search through the Serper API (https://serper.dev)."""
+from __future__ import annotations
+
+import os
+
+from ..http import RequestFailed, json_body, post_json
+from .base import Tool, ToolError
+
+SERPER_URL = "https://google.serper.dev/search"
+KEY_ENV = "SERPER_API_KEY"
+
+
+class GoogleSearch(Tool):
+    name_for_model = "google_search"
+    name_for_human = {"en": "Google Search", "zh": "谷歌搜索"}
+    description_for_model = {
+        "en": "A search engine. Use it to look up facts about people, places, events and "
+              "anything current. Returns the top results with their snippets.",
+        "zh": "一个搜索引擎。用于查询人物、地点、事件及最新信息等事实，返回最相关结果的摘要。",
+    }
+    parameters = [{
+        "name": "search_query",
+        "description": {"en": "the search keywords or question", "zh": "搜索关键词或问题"},
+        "required": True,
+        "schema": {"type": "string"},
+    }]
+
+    def __init__(self, api_key: str | None = None, endpoint: str = SERPER_URL, timeout: float = 10.0,
+                 max_retries: int = 2, num_results: int = 5, gl: str | None = None,
+                 hl: str | None = None, backoff: float = 0.5):
+        self._api_key = api_key
+        self.endpoint = endpoint
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.num_results = num_results
+        self.gl, self.hl = gl, hl
+        self.backoff = backoff
+
+    def __repr__(self) -> str:  # the key stays out of reprs and tracebacks
+        return f"GoogleSearch(endpoint={self.endpoint!r})"
+
+    @property
+    def api_key(self) -> str | None:
+        return self._api_key or os.environ.get(KEY_ENV) or None
+
+    def call(self, search_query: str) -> str:
+        key = self.api_key
+        if not key:
+            raise ToolError(f"Google search is not configured: set the {KEY_ENV} environment variable "
+                            "(a Serper API key)")
+        if not search_query.strip():
+            raise ToolError("the search query is empty")
+        payload = {"q": search_query, "num": self.num_results}
+        payload.update({k: v for k, v in (("gl", self.gl), ("hl", self.hl)) if v})
+        headers = {"X-API-KEY": key, "Content-Type": "application/json"}
+        try:
+            response = post_json(self.endpoint, payload, headers, timeout=self.timeout,
+                                 max_retries=self.max_retries, backoff=self.backoff)
+            if response.status_code in (401, 403):
+                raise ToolError(f"Serper rejected the API key (HTTP {response.status_code}); check {KEY_ENV}")
+            if response.status_code >= 400:
+                raise ToolError(f"Serper answered HTTP {response.status_code}")
+            body = json_body(response, self.endpoint)
+        except RequestFailed as e:
+            raise ToolError(f"Google search failed: {e}") from None
+        return format_results(body, self.num_results) or f"No results found for {search_query!r}."
+
+
+def format_results(body: dict, limit: int = 5) -> str:
+    """The useful parts of a Serper response: answer box, knowledge graph, top organic results."""
+    parts = []
+    box = body.get("answerBox")
+    if isinstance(box, dict):
+        answer = box.get("answer") or box.get("snippet") or ", ".join(box.get("snippetHighlighted") or [])
+        if answer:
+            parts.append(f"Answer: {answer}" + (f" ({box['title']})" if box.get("title") else ""))
+    kg = body.get("knowledgeGraph")
+    if isinstance(kg, dict) and kg.get("title"):
+        head = kg["title"] + (f" ({kg['type']})" if kg.get("type") else "")
+        lines = [head + (f": {kg['description']}" if kg.get("description") else "")]
+        attributes = kg.get("attributes")
+        if isinstance(attributes, dict):
+            lines += [f"{k}: {v}" for k, v in list(attributes.items())[:8]]
+        parts.append("\n".join(lines))
+    organic = body.get("organic")
+    for i, item in enumerate(organic if isinstance(organic, list) else [], 1):
+        if i > limit or not isinstance(item, dict):
+            break
+        line = f"[{i}] {item.get('title', '').strip()}"
+        if item.get("date"):
+            line += f" ({item['date']})"
+        if item.get("snippet"):
+            line += f"\n{item['snippet'].strip()}"
+        if item.get("link"):
+            line += f"\n{item['link']}"
+        parts.append(line)
+    return "\n\n".join(parts)
