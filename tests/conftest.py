@@ -32,3 +32,26 @@ class ScriptedModel(BaseModel):
 def scripted():
     """Factory: scripted(["reply 1", "reply 2"]) -> ScriptedModel."""
     return ScriptedModel
+
+
+# --- model fixtures (issue 3: models) ------------------------------------------------------
+# Session-scoped: the tiny Llama takes a few seconds to build, the embedded SmolLM2 ~20 s to load.
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory):
+    """Path of a tiny random Llama chat model folder (ChatML template, trained BPE tokenizer)."""
+    from tiny_models import build_tiny_llama  # tests/ is on sys.path (rootdir conftest)
+
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny_llama"))
+
+
+@pytest.fixture(scope="session")
+def embedded_model():
+    """The embedded default model (SmolLM2-135M-Instruct GGUF), loaded once per test session."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from tinyagent.llm import default_model
+
+    return default_model()
+# --- end of model fixtures ----------------------------------------------------------------
