@@ -1,0 +1,71 @@
+"""The calculator: exact arithmetic, and clear refusals for anything unsafe or huge."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tinyagent.tools import Calculator
+from tinyagent.tools.calculator import CalculatorError, evaluate
+
+
+@pytest.mark.parametrize("expression,result", [
+    ("2**10", "1024"),
+    ("2^10", "1024"),
+    ("(3+6+9)*2+17", "53"),
+    ("12*6", "72"),
+    ("12 × 6", "72"),
+    ("465*321+95297/13.2", "156484.469697"),
+    ("7/2", "3.5"),
+    ("7//2", "3"),
+    ("-7 % 3", "2"),
+    ("6/2", "3"),
+    ("sqrt(16)", "4"),
+    ("round(pi, 2)", "3.14"),
+    ("max(1, 5, 3)", "5"),
+    ("（１＋２）＊３", "9"),  # full-width input
+    ("2**100", "1267650600228229401496703205376"),
+    ("1+1=", "2"),
+])
+def test_arithmetic(expression, result):
+    assert Calculator()(expression=expression) == result
+
+
+@pytest.mark.parametrize("expression,message", [
+    ("9**9**9", "too large"),
+    ("10**10**10", "too large"),
+    ("2**100000", "too large"),
+    ("1/0", "division by zero"),
+    ("__import__('os').system('echo hi')", "unsupported"),
+    ("open('/etc/passwd')", "unsupported"),
+    ("(1).__class__", "unsupported"),
+    ("x + 1", "unsupported"),
+    ("lambda: 1", "unsupported"),
+    ("2 +", "not a valid"),
+    ("", "empty"),
+    ("1" * 1000, "too long"),
+    ("-(" * 100 + "1" + ")" * 100, "nested too deeply"),
+    ("sqrt(-1)", "math error"),
+    ("1e308 * 10", "too large"),
+    ("(-8) ** 0.5", "not a real number"),
+    ("'a' * 3", "unsupported"),
+    ("[1, 2]", "unsupported"),
+])
+def test_refusals_are_clear(expression, message):
+    with pytest.raises(CalculatorError, match=message):
+        evaluate(expression)
+
+
+def test_refusals_are_fast():
+    start = time.perf_counter()
+    for expression in ("9**9**9", "10**10**10", "(2**4000)**(2**4000)", "2**4096*2**4096*2**4096"):
+        with pytest.raises(CalculatorError):
+            evaluate(expression)
+    assert time.perf_counter() - start < 5  # a bound on work done, not a benchmark
+
+
+def test_tool_interface():
+    calc = Calculator()
+    assert calc.name_for_model == "calculator"
+    assert calc.human_name("zh") == "计算器"
+    assert [p["name"] for p in calc.parameters] == ["expression"]
