@@ -269,3 +269,52 @@ def test_call_plugin_from_raw_text():
     agent = Agent(None, tools=[Calculator()])
     assert agent.call_plugin("calculator", '{"expression": "12*6"}') == "72"
     assert agent.call_plugin("nope", "{}").startswith("Error: unknown tool")
+
+
+def test_llm_fallback_tool_asks_the_same_model(scripted):
+    model = scripted(['Thought: no tool fits\nAction: llm_tool\nAction Input: {"input": "Who wrote Hamlet?"}',
+                      "William Shakespeare.", "Final Answer: Shakespeare"])
+    agent = Agent(model, tools=[Calculator()], llm_fallback=True)
+    assert "llm_tool" in agent.build_system_input("en")
+    result = agent.run("Who wrote Hamlet?")
+    assert result.steps[0].observation == "William Shakespeare."
+    fallback_call = model.calls[1]["messages"]
+    assert [m["role"] for m in fallback_call] == ["system", "user"]
+    assert fallback_call[1]["content"] == "Who wrote Hamlet?" and "own knowledge" in fallback_call[0]["content"]
+    assert result.answer == "Shakespeare"
+    assert "llm_tool" not in Agent(model, tools=[Calculator()]).tools
+
+
+def _page_tool(text):
+    @tool
+    def read_page(url: str) -> str:
+        """Read a page.
+
+        Args:
+            url: the address
+        """
+        return text
+    return read_page
+
+
+def test_long_observations_are_distilled_and_the_raw_kept(scripted):
+    page = "Jay Chou was born on 18 January 1979. " + "Unrelated filler. " * 200
+    model = scripted(['Thought: read the bio\nAction: read_page\nAction Input: {"url": "bio"}',
+                      "Born 18 January 1979.", "Final Answer: 1979"], usage=(10, 2))
+    result = Agent(model, tools=[_page_tool(page)], distill_observations=True, distill_threshold=500).run(
+        "Which year was Jay Chou born?")
+    step = result.steps[0]
+    assert step.observation == f"(condensed from {len(page)} characters) Born 18 January 1979."
+    assert step.raw_observation == page
+    distill_prompt = model.calls[1]["messages"][-1]["content"]
+    assert "Which year was Jay Chou born?" in distill_prompt and "read the bio" in distill_prompt
+    assert "Unrelated filler" in distill_prompt
+    assert step.observation in model.calls[2]["messages"][-1]["content"]
+    assert "Unrelated filler" not in model.calls[2]["messages"][-1]["content"]
+    assert result.generate_calls == 3 and result.prompt_tokens == 30
+
+
+def test_short_observations_are_not_distilled(scripted):
+    model = scripted(['Action: read_page\nAction Input: {"url": "x"}', "Final Answer: ok"])
+    result = Agent(model, tools=[_page_tool("short page")], distill_observations=True).run("?")
+    assert result.steps[0].observation == "short page" and len(model.calls) == 2

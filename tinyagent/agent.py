@@ -10,11 +10,13 @@ from dataclasses import dataclass, field
 from . import react
 from .llm.base import BaseModel, Message, history_to_messages, usage_of
 from .tools.base import Tool, ToolError, tool as make_tool
+from .tools.llm_tool import LLMTool
 from .trace import redact
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_OBSERVATION_CHARS = 4000
+DEFAULT_DISTILL_THRESHOLD = 1500
 TRUNCATION_MARKER = {"en": "\n[... {n} more characters cut ...]", "zh": "\n[……已截去 {n} 个字符……]"}
 
 
@@ -77,6 +79,9 @@ class Agent:
         system_prompt: str | None = None,
         examples: list[dict] | None = None,
         max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS,
+        llm_fallback: bool = False,
+        distill_observations: bool = False,
+        distill_threshold: int = DEFAULT_DISTILL_THRESHOLD,
         on_step: Callable[[Step], None] | None = None,
         on_text: Callable[[str], None] | None = None,
         **generate_kwargs,
@@ -87,11 +92,15 @@ class Agent:
         self.tools: dict[str, Tool] = {}
         for t in tools or []:
             self.add_tool(t)
+        if llm_fallback:
+            self.add_tool(LLMTool(model, lang=None if lang == "auto" else lang))
         self.lang = lang
         self.max_turns = max_turns
         self.system_prompt = system_prompt
         self.examples = examples
         self.max_observation_chars = max_observation_chars
+        self.distill_observations = distill_observations
+        self.distill_threshold = distill_threshold
         self.on_step = on_step
         self.on_text = on_text
         self.generate_kwargs = generate_kwargs
@@ -117,7 +126,8 @@ class Agent:
 
     def call_plugin(self, plugin_name: str, plugin_args: str) -> str:
         """Run a tool from the raw text a model wrote; always returns an observation."""
-        return self._call_tool(Step(index=0, text="", action=plugin_name, action_input=plugin_args), "en").observation
+        step = Step(index=0, text="", action=plugin_name, action_input=plugin_args)
+        return self._call_tool(step, "en", AgentResult(question="")).observation
 
     def text_completion(self, text: str, history: list | None = None) -> tuple[str, list]:
         """TinyAgent's entry point: answer `text` given (question, answer) history."""
@@ -182,7 +192,7 @@ class Agent:
         final = react.parse_final_answer(reply)
         if name:
             step.action, step.action_input = name, args_text
-            return self._call_tool(step, lang, previous=result.steps)
+            return self._call_tool(step, lang, result)
         if final is not None or reply.strip():
             step.final_answer = final if final is not None else step.thought
             result.answer, result.finished = step.final_answer, True
@@ -193,7 +203,7 @@ class Agent:
                             "or give the Final Answer.")
         return step
 
-    def _call_tool(self, step: Step, lang: str, previous: list[Step] = ()) -> Step:
+    def _call_tool(self, step: Step, lang: str, result: AgentResult) -> Step:
         tool = self.tools.get(step.action)
         if tool is None:
             valid = ", ".join(self.tools) or "none"
@@ -203,7 +213,7 @@ class Agent:
         except (react.ActionInputError, ToolError) as e:
             return _failed(step, f"bad Action Input for {tool.name_for_model}: {e}. "
                                  f"Parameters: {json.dumps(tool.parameters_for(lang), ensure_ascii=False)}")
-        repeat = _same_call(step, previous)
+        repeat = _same_call(step, result.steps)
         if repeat is not None:
             step.error = "repeated call"
             step.observation = (
@@ -220,18 +230,31 @@ class Agent:
             log.warning("tool %s raised", step.action, exc_info=True)
             raw, step.error = f"Error: {step.action} failed: {type(e).__name__}: {e}", redact(f"{type(e).__name__}: {e}")
         step.tool_seconds = time.perf_counter() - t0
-        step.observation = self._observation_text(redact(raw), lang)
+        step.observation = self._observation_text(redact(raw), lang, step.thought, result)
         if step.observation != raw:
             step.raw_observation = redact(raw)
         return step
 
-    def _observation_text(self, raw: str, lang: str) -> str:
-        """Tool output as it enters the prompt: control tokens broken, length capped."""
+    def _observation_text(self, raw: str, lang: str, thought: str, result: AgentResult) -> str:
+        """Tool output as it enters the prompt: control tokens broken, maybe distilled, length capped."""
         text = react.neutralize_control_tokens(raw, getattr(self.model, "control_tokens", ()))
+        if self.distill_observations and len(text) > self.distill_threshold:
+            text = self._distill(text, lang, thought, result)
         limit = self.max_observation_chars
         if limit is not None and len(text) > limit:
             text = text[:limit] + TRUNCATION_MARKER[lang].format(n=len(text) - limit)
         return text
+
+    def _distill(self, observation: str, lang: str, thought: str, result: AgentResult) -> str:
+        """Ask the model to keep only the facts of a long tool result that the current thought needs."""
+        prompt = react.DISTILL_PROMPT[lang].format(question=result.question, thought=thought or "-",
+                                                   observation=observation)
+        reply = self.model.generate([{"role": "user", "content": prompt}], **self.generate_kwargs)
+        result.add_usage(usage_of(reply))
+        facts = str(reply).strip()
+        if not facts:
+            return observation
+        return react.DISTILLED_LABEL[lang].format(n=len(observation)) + facts
 
     def _force_final_answer(self, messages, scratchpad: str, result: AgentResult, lang: str) -> None:
         """At the turn cap, ask once more for the answer from what the scratchpad holds."""

@@ -68,6 +68,16 @@ FORCE_FINAL = {
     "zh": "Thought: 我已经用完了所有步骤，现在根据已知信息给出答案。\nFinal Answer:",
 }
 
+# Observation distillation: condense a long tool result to what the current thought needs.
+DISTILL_PROMPT = {
+    "en": "Condense the tool result below to the facts that help answer the question. Keep names, "
+          "numbers and dates exactly as written; leave out everything else. Reply with the facts only.\n\n"
+          "Question: {question}\nCurrent thought: {thought}\n\nTool result:\n{observation}",
+    "zh": "请把下面的工具结果压缩为有助于回答问题的事实。人名、数字和日期须照原文保留，其余内容一律省略。"
+          "只回复这些事实。\n\n问题：{question}\n当前思考：{thought}\n\n工具结果：\n{observation}",
+}
+DISTILLED_LABEL = {"en": "(condensed from {n} characters) ", "zh": "（由 {n} 个字符压缩）"}
+
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 
 
