@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import react
+from . import context, react
 from .llm.base import BaseModel, Message, history_to_messages, usage_of
 from .tools.base import Tool, ToolError, tool as make_tool
 from .tools.llm_tool import LLMTool
@@ -34,6 +34,7 @@ class Step:
     raw_observation: str | None = None  # the tool's output before cutting / distilling, if different
     final_answer: str | None = None
     error: str | None = None        # what went wrong in this step, if anything
+    notes: list[str] = field(default_factory=list)  # how the prompt was shortened to fit the context
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
@@ -49,7 +50,7 @@ class AgentResult:
     answer: str = ""
     steps: list[Step] = field(default_factory=list)
     finished: bool = False          # True only when the model gave a final answer
-    stop_reason: str = ""           # final_answer | no_action | max_turns
+    stop_reason: str = ""           # final_answer | no_action | max_turns | context_overflow
     lang: str = "en"
     generate_calls: int = 0
     prompt_tokens: int | None = None
@@ -155,34 +156,48 @@ class Agent:
             {"role": "user", "content": question},
         ]
         result = AgentResult(question=question, lang=lang)
-        scratchpad = ""  # the assistant message that only grows within this run
-        for index in range(self.max_turns):
-            reply, usage, seconds = self._generate(messages, scratchpad, result)
-            step = self._step(index, reply, result, lang)
-            step.prompt_tokens, step.completion_tokens, step.cached_tokens = (
-                usage["prompt_tokens"], usage["completion_tokens"], usage["cached_tokens"])
-            step.model_seconds = seconds
-            self._record(result, step)
-            if step.final_answer is not None:
-                break
-            scratchpad += step.text + react.format_observation(step.observation or "")
-        else:
-            self._force_final_answer(messages, scratchpad, result, lang)
+        try:
+            for index in range(self.max_turns):
+                reply, usage, seconds, notes = self._generate(messages, result)
+                step = self._step(index, reply, result, lang)
+                step.prompt_tokens, step.completion_tokens, step.cached_tokens = (
+                    usage["prompt_tokens"], usage["completion_tokens"], usage["cached_tokens"])
+                step.model_seconds, step.notes = seconds, notes
+                self._record(result, step)
+                if step.final_answer is not None:
+                    break
+            else:
+                self._force_final_answer(messages, result, lang)
+        except context.ContextOverflow as e:
+            self._record(result, Step(index=len(result.steps), text="", error=str(e)))
+            result.answer, result.finished, result.stop_reason = "", False, "context_overflow"
         result.seconds = time.perf_counter() - started
         return result
 
-    def _generate(self, messages: list[Message], scratchpad: str, result: AgentResult):
-        if scratchpad:
-            messages = [*messages, {"role": "assistant", "content": scratchpad}]
+    def _generate(self, messages: list[Message], result: AgentResult, suffix: str = ""):
+        """One model call on the conversation plus the scratchpad (the run's steps, then `suffix`)."""
         kwargs = dict(self.generate_kwargs)
+        notes = self._fit_context(messages, result, suffix, kwargs)
         if self.on_text is not None:
             kwargs["on_text"] = self.on_text
+        prompt = context.prompt_messages(messages, result.steps, suffix)
         t0 = time.perf_counter()
-        reply = self.model.generate(messages, stop=list(react.STOP_WORDS), **kwargs)
+        reply = self.model.generate(prompt, stop=list(react.STOP_WORDS), **kwargs)
         seconds = time.perf_counter() - t0
         usage = usage_of(reply)
         result.add_usage(usage)
-        return react.cut_at_observation(str(reply)), usage, seconds
+        return react.cut_at_observation(str(reply)), usage, seconds, notes
+
+    def _fit_context(self, messages: list[Message], result: AgentResult, suffix: str, kwargs: dict) -> list[str]:
+        """Shorten the prompt when it would not leave room for the reply in the model's window."""
+        window = getattr(self.model, "context_window", None)
+        if not window:
+            return []
+        max_new = kwargs.get("max_new_tokens") or getattr(self.model, "max_new_tokens", None) or 512
+        notes = context.fit(messages, result.steps, suffix, self.model.count_tokens, window - max_new, result.lang)
+        for note in notes:
+            log.info("context: %s", note)
+        return notes
 
     def _step(self, index: int, reply: str, result: AgentResult, lang: str) -> Step:
         """Parse one reply and act on it: a final answer, a tool call, or an error observation."""
@@ -256,13 +271,13 @@ class Agent:
             return observation
         return react.DISTILLED_LABEL[lang].format(n=len(observation)) + facts
 
-    def _force_final_answer(self, messages, scratchpad: str, result: AgentResult, lang: str) -> None:
+    def _force_final_answer(self, messages: list[Message], result: AgentResult, lang: str) -> None:
         """At the turn cap, ask once more for the answer from what the scratchpad holds."""
-        reply, usage, seconds = self._generate(messages, scratchpad + react.FORCE_FINAL[lang], result)
+        reply, usage, seconds, notes = self._generate(messages, result, suffix=react.FORCE_FINAL[lang])
         answer = react.parse_forced_answer(reply)
         step = Step(index=len(result.steps), text=reply.rstrip(), final_answer=answer or None,
                     prompt_tokens=usage["prompt_tokens"], completion_tokens=usage["completion_tokens"],
-                    cached_tokens=usage["cached_tokens"], model_seconds=seconds,
+                    cached_tokens=usage["cached_tokens"], model_seconds=seconds, notes=notes,
                     error=None if answer else "no final answer at the turn cap")
         self._record(result, step)
         result.answer, result.finished, result.stop_reason = answer, bool(answer), "max_turns"

@@ -1,0 +1,91 @@
+"""Keep every prompt inside the model's context window, shortening it deterministically."""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from . import react
+
+MIN_OBSERVATION_CHARS = 200
+MIN_QUESTION_CHARS = 200
+OBSERVATION_MARK = {"en": "\n[... shortened to fit the context window ...]",
+                    "zh": "\n[……为适应上下文窗口已缩短……]"}
+QUESTION_MARK = {"en": "\n[... {n} characters omitted to fit the context window ...]\n",
+                 "zh": "\n[……为适应上下文窗口省略了 {n} 个字符……]\n"}
+HISTORY_MARK = {"en": "\n\n[{n} earlier conversation turn(s) omitted to fit the context window.]",
+                "zh": "\n\n[为适应上下文窗口，省略了之前的 {n} 轮对话。]"}
+_HISTORY_MARK_RE = re.compile(r"\n\n\[(?=[^\[\]]*(?:context window|上下文窗口))[^\[\]\d]*(\d+)[^\[\]]*\]$")
+
+
+class ContextOverflow(Exception):
+    """The prompt does not fit even after every allowed shortening."""
+
+
+def scratchpad(steps, suffix: str = "") -> str:
+    """The assistant message of a run: each non-final step's reply followed by its observation."""
+    return "".join(s.text + react.format_observation(s.observation or "")
+                   for s in steps if s.final_answer is None) + suffix
+
+
+def prompt_messages(messages: list[dict], steps, suffix: str = "") -> list[dict]:
+    """The messages to send: the conversation, then the scratchpad as a trailing assistant message."""
+    pad = scratchpad(steps, suffix)
+    return [*messages, {"role": "assistant", "content": pad}] if pad else list(messages)
+
+
+def fit(messages: list[dict], steps, suffix: str, count: Callable[[list[dict]], int | None],
+        budget: int, lang: str) -> list[str]:
+    """Shorten `messages` and the steps' observations in place until the prompt fits `budget` tokens.
+
+    Order: the oldest chat turns first, then the longest observation (halved each time, with a
+    marker), then the middle of the question. Returns one note per shortening; raises
+    ContextOverflow when nothing more may be cut.
+    """
+    notes: list[str] = []
+    while True:
+        used = count(prompt_messages(messages, steps, suffix))
+        if used is None or used <= budget:
+            return notes
+        reason = f"prompt {used} tokens > budget {budget}"
+        if len(messages) > 2:  # [system, history..., user]: drop the oldest turn
+            dropped = _drop_oldest_turn(messages, lang)
+            notes.append(f"dropped the oldest chat turn ({reason}); {dropped} omitted so far")
+            continue
+        longest = max((s for s in steps if s.final_answer is None and s.observation
+                       and len(_strip_mark(s.observation, lang)) > MIN_OBSERVATION_CHARS),
+                      key=lambda s: len(s.observation), default=None)
+        if longest is not None:
+            before = _strip_mark(longest.observation, lang)
+            if longest.raw_observation is None:
+                longest.raw_observation = longest.observation
+            keep = max(MIN_OBSERVATION_CHARS, len(before) // 2)
+            longest.observation = before[:keep] + OBSERVATION_MARK[lang]
+            notes.append(f"shortened the observation of step {longest.index + 1} to {keep} characters ({reason})")
+            continue
+        question = messages[-1]["content"]
+        if len(question) > MIN_QUESTION_CHARS:
+            keep = max(MIN_QUESTION_CHARS, len(question) // 2)
+            head, tail = question[: keep // 2], question[len(question) - keep // 2:]
+            messages[-1] = {**messages[-1],
+                            "content": head + QUESTION_MARK[lang].format(n=len(question) - len(head) - len(tail)) + tail}
+            notes.append(f"cut the middle of the question to {keep} characters ({reason})")
+            continue
+        raise ContextOverflow(f"the prompt needs {used} tokens but only {budget} fit in the context window "
+                              "after shortening everything that may be shortened")
+
+
+def _strip_mark(text: str, lang: str) -> str:
+    mark = OBSERVATION_MARK[lang]
+    return text[: -len(mark)] if text.endswith(mark) else text
+
+
+def _drop_oldest_turn(messages: list[dict], lang: str) -> int:
+    """Remove the oldest history message pair and update the marker in the system prompt."""
+    end = 3 if len(messages) > 3 and messages[1]["role"] == "user" and messages[2]["role"] == "assistant" else 2
+    del messages[1:end]
+    system = messages[0]["content"]
+    m = _HISTORY_MARK_RE.search(system)
+    dropped = (int(m.group(1)) if m else 0) + 1
+    base = system[: m.start()] if m else system
+    messages[0] = {**messages[0], "content": base + HISTORY_MARK[lang].format(n=dropped)}
+    return dropped
