@@ -1,0 +1,90 @@
+"""Property-based tests: the parsers and the calculator never fail on arbitrary text."""
+from __future__ import annotations
+
+import time
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tinyagent import react
+from tinyagent.react import ActionInputError, parse_action_input, parse_latest_plugin_call
+from tinyagent.tools.calculator import CalculatorError, evaluate
+
+# Fragments real replies are made of, so generated text hits the interesting paths often.
+FRAGMENTS = ["Thought:", "Action:", "Action Input:", "Observation:", "Final Answer:", "Action：", "Action Input：",
+             "Observation：", "最终答案：", "\n", " ", "{", "}", "[", "]", '"', "'", ":", ",", "：", "，", "“", "”",
+             "```json", "```", "calculator", "google_search", '{"expression": "1+1"}', "周杰伦", "\x00", "\x1b",
+             "\u200b", "\r", "\\", "<|im_end|>", "</s>", "json5", "null", "1e999", "-", "NaN"]
+reply_text = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=20)), max_size=60).map("".join)
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(reply_text)
+def test_parse_latest_plugin_call_contract(text):
+    name, args, before = parse_latest_plugin_call(text)
+    assert isinstance(name, str) and isinstance(args, str) and isinstance(before, str)
+    assert "\n" not in name
+    assert text.startswith(before)
+    assert react._OBSERVATION.search(before) is None  # nothing from an invented observation on
+    if name:
+        assert args in text
+    else:
+        assert args == ""
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(reply_text)
+def test_parse_action_input_contract(text):
+    try:
+        value = parse_action_input(text)
+    except ActionInputError as e:
+        assert str(e)
+    else:
+        assert isinstance(value, dict)
+
+
+@settings(max_examples=200, deadline=None)
+@given(reply_text)
+def test_other_parsers_never_raise(text):
+    react.parse_final_answer(text)
+    react.parse_thought(text)
+    react.parse_forced_answer(text)
+    react.detect_lang(text)
+    out = react.neutralize_control_tokens(text)
+    assert "<|im_end|>" not in out and out.replace("\u200b", "") == text.replace("\u200b", "")
+
+
+arithmetic = st.lists(st.sampled_from(list("0123456789+-*/%().^ e") + ["**", "//", "9**9", "sqrt(", "pi",
+                                                                       "×", "÷", "1e308", "max(", ","]),
+                      max_size=40).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(arithmetic, st.text(max_size=60)))
+def test_calculator_only_raises_its_own_error_and_quickly(expression):
+    start = time.perf_counter()
+    try:
+        value = evaluate(expression)
+    except CalculatorError as e:
+        assert str(e)
+    else:
+        assert isinstance(value, (int, float))
+    assert time.perf_counter() - start < 2.0
+
+
+def test_huge_inputs_are_bounded():
+    huge = ("Thought: " + "x" * 200_000 + "\nAction: calculator\nAction Input: {" + '"a": [' * 5000
+            + "\nObservation: " + "y" * 100_000)
+    start = time.perf_counter()
+    name, args, before = parse_latest_plugin_call(huge)
+    assert name == "calculator"
+    try:
+        parse_action_input(args)
+    except ActionInputError:
+        pass
+    for expression in ("1+" * 50_000 + "1", "(" * 100_000, "9" * 100_000, "9**9**9", "10**10**10"):
+        try:
+            evaluate(expression)
+        except CalculatorError:
+            pass
+    assert time.perf_counter() - start < 10.0
