@@ -1,0 +1,336 @@
+"""Offline evaluation: run an agent over a JSONL suite of questions and score its answers.
+
+A suite line is {"id", "question", "answer"}; the answer is a string, a number, or a list of
+accepted answers (`tinyagent.scoring` says how each is matched); other keys are copied into
+the results. `evaluate` is the core and takes an agent factory; `main` is
+`python -m tinyagent.eval`, which loads the model once and builds a fresh Agent per question
+around it (agents hold conversation state, models are shared).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .agent import Agent, AgentResult
+from .scoring import VALID_KINDS, Gold, is_valid_gold, reply_kind, score, tool_error
+from .trace import redact, to_jsonable
+
+log = logging.getLogger(__name__)
+
+
+class SuiteError(ValueError):
+    """A suite file that cannot be used; the message is one line naming the file (and line)."""
+
+
+class EvalInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `evaluate`: carries the records of the questions that finished."""
+
+    def __init__(self, records: list[dict], summary: dict):
+        super().__init__("evaluation interrupted")
+        self.records, self.summary = records, summary
+
+
+@dataclass
+class SuiteItem:
+    id: str
+    question: str
+    answer: Gold
+    extra: dict = field(default_factory=dict)
+
+
+def load_suite(path: str | Path) -> list[SuiteItem]:
+    """Read and check a JSONL suite; raise SuiteError with the file and line of the first problem."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SuiteError(f"{path}: no such suite file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise SuiteError(f"{path}: cannot read the suite ({type(e).__name__}: {e})") from None
+    items: list[SuiteItem] = []
+    seen: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise SuiteError(f"{where}: not valid JSON ({e})") from None
+        if not isinstance(row, dict):
+            raise SuiteError(f"{where}: each line must be a JSON object with id, question and answer")
+        missing = [k for k in ("id", "question", "answer") if k not in row]
+        if missing:
+            raise SuiteError(f"{where}: missing key{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+        item_id, question, answer = row.pop("id"), row.pop("question"), row.pop("answer")
+        if not isinstance(item_id, (str, int)) or isinstance(item_id, bool) or str(item_id).strip() == "":
+            raise SuiteError(f"{where}: id must be a non-empty string or an integer")
+        if not isinstance(question, str) or not question.strip():
+            raise SuiteError(f"{where}: question must be a non-empty string")
+        if not is_valid_gold(answer):
+            raise SuiteError(f"{where}: answer must be a non-empty string, a finite number, "
+                             f"or a list of those, not {json.dumps(answer, ensure_ascii=False)[:60]}")
+        item_id = str(item_id)
+        if item_id in seen:
+            raise SuiteError(f"{where}: id {item_id!r} is already used on line {seen[item_id]}")
+        seen[item_id] = number
+        items.append(SuiteItem(item_id, question, answer, row))
+    if not items:
+        raise SuiteError(f"{path}: the suite has no questions")
+    return items
+
+
+# --- one question, and the summary ---------------------------------------------------------------
+
+def score_run(item: SuiteItem, result: AgentResult | None, seconds: float, error: str | None = None) -> dict:
+    """The results.jsonl record of one question (redacted, JSON-ready)."""
+    steps = result.steps if result is not None else []
+    kinds = [reply_kind(s, result) for s in steps]
+    format_errors = [{"step": s.index, "kind": k, "error": s.error}
+                     for s, k in zip(steps, kinds) if k not in VALID_KINDS]
+    tool_errors = [{"step": s.index, "tool": s.action, "error": tool_error(s)} for s in steps if tool_error(s)]
+    prediction = result.answer if result is not None else None
+    record = {
+        "id": item.id, "question": item.question, "answer": item.answer, "prediction": prediction,
+        "success": error is None and bool(prediction) and score(prediction, item.answer),
+        "format_valid": error is None and bool(steps) and not format_errors,
+        "steps": len(steps), "valid_replies": len(steps) - len(format_errors),
+        "format_errors": format_errors, "tool_errors": tool_errors,
+        "repeated_calls": sum(1 for s in steps if s.error == "repeated call"),
+        "stop_reason": result.stop_reason if result is not None else None,
+        "prompt_tokens": result.prompt_tokens if result is not None else None,
+        "completion_tokens": result.completion_tokens if result is not None else None,
+        "seconds": round(result.seconds if result is not None else seconds, 3),
+        "error": error, "trace": result,
+    }
+    for key, value in item.extra.items():  # e.g. "source"; never over a field of the record
+        record.setdefault(key, value)
+    return redact(to_jsonable(record))
+
+
+def summarize(records: Sequence[dict], wall_seconds: float | None = None) -> dict:
+    """Totals over the records: rates are fractions of all questions (a run that crashed counts
+    as a failure and as not format-valid); means are over the runs that produced a result."""
+    n = len(records)
+    ran = [r for r in records if r["error"] is None]
+    replies = sum(r["steps"] for r in records)
+
+    def rate(count: int, total: int) -> float | None:
+        return round(count / total, 4) if total else None
+
+    def total(key: str) -> int | None:
+        values = [r[key] for r in records if r[key] is not None]
+        return sum(values) if values else None
+
+    return {
+        "n": n,
+        "n_success": sum(r["success"] for r in records),
+        "success_rate": rate(sum(r["success"] for r in records), n),
+        "format_valid_rate": rate(sum(r["format_valid"] for r in records), n),
+        "reply_format_valid_rate": rate(sum(r["valid_replies"] for r in records), replies),
+        "tool_error_rate": rate(sum(bool(r["tool_errors"]) for r in records), n),
+        "n_errors": n - len(ran),
+        "mean_steps": round(sum(r["steps"] for r in ran) / len(ran), 3) if ran else None,
+        "mean_seconds": round(sum(r["seconds"] for r in ran) / len(ran), 3) if ran else None,
+        "prompt_tokens": total("prompt_tokens"),
+        "completion_tokens": total("completion_tokens"),
+        "wall_seconds": round(wall_seconds, 3) if wall_seconds is not None else None,
+    }
+
+
+def evaluate(
+    suite_items: Sequence[SuiteItem],
+    agent_factory: Callable[[], Agent],
+    concurrency: int = 1,
+    on_result: Callable[[dict], None] | None = None,
+) -> tuple[list[dict], dict]:
+    """Run a fresh agent from `agent_factory` on every item; return (records in suite order, summary).
+
+    With `concurrency` > 1 the questions run in threads through `tinyagent.batch.run_many` (for
+    models behind a server); otherwise one after another. `on_result(record)` is called as each
+    question finishes. Ctrl-C raises EvalInterrupted holding the finished records.
+    """
+    from .batch import one_line_error, run_many
+
+    started = time.perf_counter()
+    done: dict[int, dict] = {}
+
+    def finish(index: int, result: AgentResult | None, seconds: float, error: str | None) -> None:
+        done[index] = score_run(suite_items[index], result, seconds, error)
+        if on_result is not None:
+            on_result(done[index])
+
+    try:
+        if concurrency > 1:
+            run_many(agent_factory, [it.question for it in suite_items], concurrency=concurrency,
+                     on_done=lambda b: finish(b.index, b.result, b.seconds, b.error))
+        else:
+            for index, item in enumerate(suite_items):
+                t0 = time.perf_counter()
+                try:
+                    result, error = agent_factory().run(item.question), None
+                except Exception as e:  # a failed run is a failed question, not a failed evaluation
+                    log.info("question %s failed", item.id, exc_info=True)
+                    result, error = None, one_line_error(e)
+                finish(index, result, time.perf_counter() - t0, error)
+    except KeyboardInterrupt:
+        records = [done[i] for i in sorted(done)]
+        summary = summarize(records, time.perf_counter() - started)
+        raise EvalInterrupted(records, {**summary, "interrupted": True}) from None
+    records = [done[i] for i in sorted(done)]
+    return records, summarize(records, time.perf_counter() - started)
+
+
+# --- the command line ----------------------------------------------------------------------------
+
+def agent_factory_from_config(cfg) -> Callable[[], Agent]:
+    """Load the config's model and tools once; return a factory of fresh Agents that share them."""
+    from .config import build_model, build_tools
+
+    model, tools = build_model(cfg), build_tools(cfg)
+    kwargs = {**cfg.agent.agent_kwargs(), **cfg.generation_kwargs()}
+    return lambda: Agent(model, tools, **kwargs)
+
+
+def _parser():
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m tinyagent.eval",
+                                description="Run a TinyAgent over a JSONL question suite and score the answers.")
+    p.add_argument("--suite", required=True, help='JSONL file of {"id", "question", "answer"} lines')
+    p.add_argument("--config", help="YAML config (default: the embedded model with its defaults)")
+    p.add_argument("--model", help="override the model: embedded, a local folder, a .gguf file, a hub id, "
+                                   "or the served name with --base-url")
+    p.add_argument("--base-url", help="OpenAI-compatible server URL, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument("--tools", help="comma-separated tools, e.g. calculator,local_search ('' for none)")
+    p.add_argument("--max-turns", type=int)
+    p.add_argument("--max-new-tokens", type=int)
+    p.add_argument("--concurrency", type=int, help="parallel questions (default 4 for the openai backend, "
+                                                   "1 for local models, which always run one at a time)")
+    p.add_argument("--limit", type=int, help="only the first N questions")
+    p.add_argument("--out", help="output folder (default out/eval-<suite>-<time>)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON (progress goes to stderr)")
+    return p
+
+
+def _load_config(args):
+    from .config import load_config, model_overrides
+
+    overrides: dict = {"agent.max_turns": args.max_turns, "generation.max_new_tokens": args.max_new_tokens}
+    if args.tools is not None:
+        overrides["agent.tools"] = [t.strip() for t in args.tools.split(",") if t.strip()]
+    if args.model or args.base_url:
+        base = load_config(args.config)
+        model = args.model or base.model.name or ""
+        overrides.update(model_overrides(model, args.base_url, base.model.backend))
+    return load_config(args.config, overrides)
+
+
+def _progress_line(record: dict, count: int, total: int) -> str:
+    mark = "ok  " if record["success"] else "FAIL"
+    notes = [] if record["format_valid"] else ["format-error"]
+    if record["tool_errors"]:
+        notes.append(f"tool-errors={len(record['tool_errors'])}")
+    if record["error"]:
+        notes.append(f"error: {record['error']}")
+    return (f"[{count}/{total}] {mark} {record['id']}  steps={record['steps']}  {record['seconds']:.1f}s"
+            + (f"  ({', '.join(notes)})" if notes else ""))
+
+
+def format_summary(summary: dict) -> str:
+    """The summary as an aligned two-column table."""
+    def pct(x):
+        return "-" if x is None else f"{100 * x:.1f}%"
+    rows = [("questions", f"{summary['n']}" + ("  (interrupted)" if summary.get("interrupted") else "")),
+            ("success", f"{pct(summary['success_rate'])}  ({summary['n_success']}/{summary['n']})"),
+            ("format-valid questions", pct(summary["format_valid_rate"])),
+            ("format-valid replies", pct(summary["reply_format_valid_rate"])),
+            ("questions with tool errors", pct(summary["tool_error_rate"])),
+            ("runs that crashed", str(summary["n_errors"])),
+            ("mean steps", "-" if summary["mean_steps"] is None else f"{summary['mean_steps']:.2f}"),
+            ("mean seconds", "-" if summary["mean_seconds"] is None else f"{summary['mean_seconds']:.2f}"),
+            ("tokens (prompt / completion)", f"{summary['prompt_tokens'] or '-'} / {summary['completion_tokens'] or '-'}"),
+            ("wall seconds", "-" if summary["wall_seconds"] is None else f"{summary['wall_seconds']:.1f}")]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _write(out: Path, records: list[dict], summary: dict) -> None:
+    with open(out / "results.jsonl", "w", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    (out / "summary.json").write_text(json.dumps(redact(summary), ensure_ascii=False, indent=2) + "\n",
+                                      encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import sys
+
+    from .config import ConfigError
+
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    say = (lambda text: print(text, file=sys.stderr, flush=True)) if args.json else \
+        (lambda text: print(text, flush=True))
+    for name in ("limit", "concurrency", "max_turns", "max_new_tokens"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            print(f"error: --{name.replace('_', '-')} must be at least 1, not {value}", file=sys.stderr)
+            return 2
+    try:
+        items = load_suite(args.suite)[: args.limit]
+        cfg = _load_config(args)
+    except (SuiteError, ConfigError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    concurrency = args.concurrency or (4 if cfg.model.backend == "openai" else 1)
+    if concurrency > 1 and cfg.model.backend != "openai":
+        say(f"note: backend {cfg.model.backend} runs one question at a time (--concurrency ignored)")
+        concurrency = 1
+    out = Path(args.out or f"out/eval-{Path(args.suite).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        print(f"error: cannot create the output folder {out}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    run = {"suite": str(args.suite), "config": cfg.source, "backend": cfg.model.backend,
+           "model": cfg.model.name or cfg.model.path, "tools": cfg.agent.tools, "concurrency": concurrency}
+    try:
+        try:
+            factory = agent_factory_from_config(cfg)
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except (OSError, ImportError, ValueError, RuntimeError) as e:
+            print(f"error: cannot load the model: {type(e).__name__}: {' '.join(str(e).split())[:300]}",
+                  file=sys.stderr)
+            return 1
+        say(f"evaluating {len(items)} questions from {args.suite} (backend {cfg.model.backend}, "
+            f"concurrency {concurrency}) -> {out}")
+        with open(out / "results.jsonl", "w", encoding="utf-8") as partial:
+            def on_result(record: dict) -> None:
+                partial.write(json.dumps(record, ensure_ascii=False) + "\n")
+                partial.flush()
+                on_result.count += 1
+                say(_progress_line(record, on_result.count, len(items)))
+            on_result.count = 0
+            records, summary = evaluate(items, factory, concurrency, on_result)
+        code = 0
+    except EvalInterrupted as stop:
+        records, summary, code = stop.records, stop.summary, 130
+    except KeyboardInterrupt:
+        return 130
+    summary = {**summary, "run": run}
+    _write(out, records, summary)  # suite order, whatever order the questions finished in
+    say(format_summary(summary))
+    say(f"results: {out / 'results.jsonl'}\nsummary: {out / 'summary.json'}")
+    if args.json:
+        print(json.dumps(summary, ensure_ascii=False, indent=2))
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

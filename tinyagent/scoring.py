@@ -1,0 +1,152 @@
+"""Answer scoring for eval suites: normalised text match and tolerant numeric match.
+
+The rules, and why:
+- A gold answer that is a JSON number (int / float) is scored numerically: the LAST number in
+  the prediction must be within relative tolerance 1e-4 of it (absolute 1e-9 when the gold is 0).
+  The last number is the GSM8K convention: models restate the question's numbers and show
+  their working before the result ("16 - 3 - 4 = 9 eggs, at $2 each: 18"), so "any number"
+  would reward a restated input; the result is almost always written last.
+- A gold answer that is a string is scored as text: both sides are normalised (NFKC, so
+  full-width becomes half-width; lower case; ASCII and CJK punctuation removed; English
+  articles dropped; whitespace collapsed) and succeed when equal, or when the gold appears in
+  the prediction as a whole phrase (not glued to a Latin letter or digit on either side), so
+  "1979" is found in "Jay Chou was born in 1979." and in "周杰伦出生于1979年", but "art" is not
+  found in "party" nor "1979" in "19790". Write numbers as strings when the answer is a year
+  or a name that should be found anywhere in the text.
+- A list of accepted answers succeeds when any of them does.
+"""
+from __future__ import annotations
+
+import math
+import re
+import string
+import unicodedata
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .agent import AgentResult, Step
+
+Gold = str | int | float | list
+
+REL_TOL = 1e-4
+ABS_TOL_AT_ZERO = 1e-9
+
+_CJK_PUNCT = "，。！？、：；“”‘’《》（）【】「」『』〈〉…—～·"
+_PUNCT = re.compile("[" + re.escape(string.punctuation + _CJK_PUNCT) + "]")
+_ARTICLES = re.compile(r"\b(?:a|an|the)\b")
+_SPACES = re.compile(r"\s+")
+# A number: optional sign, digits with optional thousands commas, optional decimals / exponent.
+# Not glued to a Latin letter or digit before it (CJK text around numbers is fine), so a hyphen
+# between words or numbers ("3-4", "COVID-19") is not read as a minus sign.
+_NUMBER = re.compile(r"(?<![A-Za-z0-9_.])-?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?")
+# Letters that make a word continue (Latin, Greek, Cyrillic) and digits; CJK characters are not
+# among them, since CJK text has no spaces between words.
+_WORD_CHARS = "0-9a-z\u00c0-\u024f\u0370-\u03ff\u0400-\u04ff"
+_MINUS = str.maketrans({"\u2212": "-", "\u2013": "-", "\uff0d": "-"})
+
+
+def normalize_text(text: str) -> str:
+    """Text as it is compared: NFKC, lower case, no punctuation or articles, single spaces."""
+    text = unicodedata.normalize("NFKC", str(text)).lower()
+    text = _PUNCT.sub(" ", text)
+    text = _ARTICLES.sub(" ", text)
+    return _SPACES.sub(" ", text).strip()
+
+
+def extract_numbers(text: str) -> list[float]:
+    """Every number in `text`, in order: 1,000 -> 1000.0, -3.5, 2e3; full-width digits too."""
+    text = unicodedata.normalize("NFKC", str(text)).translate(_MINUS)
+    numbers = []
+    for m in _NUMBER.finditer(text):
+        try:
+            numbers.append(float(m.group(0).replace(",", "")))
+        except ValueError:
+            continue
+    return numbers
+
+
+def numbers_match(predicted: float, gold: float) -> bool:
+    """Equal within relative tolerance 1e-4 (absolute 1e-9 when the gold is 0)."""
+    if gold == 0:
+        return abs(predicted) <= ABS_TOL_AT_ZERO
+    return math.isfinite(predicted) and abs(predicted - gold) <= REL_TOL * abs(gold)
+
+
+def text_match(prediction: str, gold: str) -> bool:
+    """Normalised equality, or the normalised gold as a whole phrase inside the prediction."""
+    pred, want = normalize_text(prediction), normalize_text(gold)
+    if not want:
+        return not pred
+    if pred == want:
+        return True
+    pattern = rf"(?<![{_WORD_CHARS}])" + re.escape(want) + rf"(?![{_WORD_CHARS}])"
+    return re.search(pattern, pred) is not None
+
+
+def score(prediction: str | None, gold: Gold) -> bool:
+    """Whether `prediction` answers `gold` (a string, a number, or a list of accepted answers)."""
+    if prediction is None:
+        return False
+    if isinstance(gold, list):
+        return any(score(prediction, g) for g in gold)
+    if isinstance(gold, bool):
+        raise TypeError("a gold answer must be a string, a number or a list, not a boolean")
+    if isinstance(gold, (int, float)):
+        numbers = extract_numbers(prediction)
+        return bool(numbers) and numbers_match(numbers[-1], float(gold))
+    if isinstance(gold, str):
+        return text_match(prediction, gold)
+    raise TypeError(f"a gold answer must be a string, a number or a list, not {type(gold).__name__}")
+
+
+def is_valid_gold(gold) -> bool:
+    """A gold answer the scorer accepts: a non-empty string, a finite number, or a non-empty list of those."""
+    if isinstance(gold, list):
+        return bool(gold) and all(is_valid_gold(g) and not isinstance(g, list) for g in gold)
+    if isinstance(gold, bool):
+        return False
+    if isinstance(gold, (int, float)):
+        return math.isfinite(gold)
+    return isinstance(gold, str) and bool(normalize_text(gold))
+
+
+# --- format validity of model replies ------------------------------------------------------------
+
+#: Reply kinds that followed the ReAct format, and those that did not.
+VALID_KINDS = ("final_answer", "action", "forced_answer")
+FORMAT_ERROR_KINDS = ("no_action", "unknown_tool", "bad_input", "empty", "no_forced_answer")
+
+
+def reply_kind(step: Step, result: AgentResult) -> str:
+    """Classify one model reply (a Step) for format accounting.
+
+    Format-valid kinds: "final_answer" (a `Final Answer:` was written), "action" (a known tool
+    whose Action Input parsed and validated, whatever the tool then did; a repeated call is
+    still a well-formed reply), "forced_answer" (a non-empty answer after the turn cap's
+    `Final Answer:` prompt). Format errors: "no_action" (neither Action nor Final Answer; the
+    loop took the text as the answer), "unknown_tool", "bad_input" (Action Input not a JSON
+    object or not fitting the tool's parameters), "empty" (an empty reply), and
+    "no_forced_answer" (nothing after the turn cap's prompt).
+    """
+    last = bool(result.steps) and step is result.steps[-1]
+    if step.action is not None:
+        if step.arguments is not None:
+            return "action"
+        return "unknown_tool" if (step.error or "").startswith("unknown tool") else "bad_input"
+    if last and result.stop_reason == "max_turns":
+        return "forced_answer" if step.final_answer else "no_forced_answer"
+    if step.final_answer is None:
+        return "empty"
+    if last and result.stop_reason == "no_action":
+        return "no_action"
+    return "final_answer"
+
+
+def tool_error(step: Step) -> str | None:
+    """The runtime error of a well-formed tool call (network down, bad arithmetic), or None.
+
+    Format errors and repeated calls are not tool errors: the tool never ran.
+    """
+    if step.action is None or step.arguments is None or step.error in (None, "repeated call"):
+        return None
+    return step.error
