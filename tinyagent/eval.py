@@ -12,19 +12,16 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from .agent import Agent, AgentResult
-from .scoring import VALID_KINDS, Gold, is_valid_gold, reply_kind, score, tool_error
+from .scoring import VALID_KINDS, SuiteError, SuiteItem, load_suite, reply_kind, score, tool_error
 from .trace import redact, to_jsonable
 
 log = logging.getLogger(__name__)
 
 
-class SuiteError(ValueError):
-    """A suite file that cannot be used; the message is one line naming the file (and line)."""
-
+# --- one question, and the summary ---------------------------------------------------------------
 
 class EvalInterrupted(KeyboardInterrupt):
     """Ctrl-C during `evaluate`: carries the records of the questions that finished."""
@@ -33,57 +30,6 @@ class EvalInterrupted(KeyboardInterrupt):
         super().__init__("evaluation interrupted")
         self.records, self.summary = records, summary
 
-
-@dataclass
-class SuiteItem:
-    id: str
-    question: str
-    answer: Gold
-    extra: dict = field(default_factory=dict)
-
-
-def load_suite(path: str | Path) -> list[SuiteItem]:
-    """Read and check a JSONL suite; raise SuiteError with the file and line of the first problem."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SuiteError(f"{path}: no such suite file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise SuiteError(f"{path}: cannot read the suite ({type(e).__name__}: {e})") from None
-    items: list[SuiteItem] = []
-    seen: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            row = json.loads(line)
-        except ValueError as e:
-            raise SuiteError(f"{where}: not valid JSON ({e})") from None
-        if not isinstance(row, dict):
-            raise SuiteError(f"{where}: each line must be a JSON object with id, question and answer")
-        missing = [k for k in ("id", "question", "answer") if k not in row]
-        if missing:
-            raise SuiteError(f"{where}: missing key{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
-        item_id, question, answer = row.pop("id"), row.pop("question"), row.pop("answer")
-        if not isinstance(item_id, (str, int)) or isinstance(item_id, bool) or str(item_id).strip() == "":
-            raise SuiteError(f"{where}: id must be a non-empty string or an integer")
-        if not isinstance(question, str) or not question.strip():
-            raise SuiteError(f"{where}: question must be a non-empty string")
-        if not is_valid_gold(answer):
-            raise SuiteError(f"{where}: answer must be a non-empty string, a finite number, "
-                             f"or a list of those, not {json.dumps(answer, ensure_ascii=False)[:60]}")
-        item_id = str(item_id)
-        if item_id in seen:
-            raise SuiteError(f"{where}: id {item_id!r} is already used on line {seen[item_id]}")
-        seen[item_id] = number
-        items.append(SuiteItem(item_id, question, answer, row))
-    if not items:
-        raise SuiteError(f"{path}: the suite has no questions")
-    return items
-
-
-# --- one question, and the summary ---------------------------------------------------------------
 
 def score_run(item: SuiteItem, result: AgentResult | None, seconds: float, error: str | None = None) -> dict:
     """The results.jsonl record of one question (redacted, JSON-ready)."""
@@ -165,8 +111,11 @@ def evaluate(
 
     try:
         if concurrency > 1:
-            run_many(agent_factory, [it.question for it in suite_items], concurrency=concurrency,
-                     on_done=lambda b: finish(b.index, b.result, b.seconds, b.error))
+            batch = run_many(agent_factory, [it.question for it in suite_items], concurrency=concurrency,
+                             on_done=lambda b: finish(b.index, b.result, b.seconds, b.error))
+            for b in batch:  # run_many only logs a failing callback: score what it did not
+                if b.index not in done:
+                    finish(b.index, b.result, b.seconds, b.error)
         else:
             for index, item in enumerate(suite_items):
                 t0 = time.perf_counter()
@@ -242,26 +191,24 @@ def _progress_line(record: dict, count: int, total: int) -> str:
 
 def format_summary(summary: dict) -> str:
     """The summary as an aligned two-column table."""
-    def pct(x):
-        return "-" if x is None else f"{100 * x:.1f}%"
-    rows = [("questions", f"{summary['n']}" + ("  (interrupted)" if summary.get("interrupted") else "")),
-            ("success", f"{pct(summary['success_rate'])}  ({summary['n_success']}/{summary['n']})"),
-            ("format-valid questions", pct(summary["format_valid_rate"])),
-            ("format-valid replies", pct(summary["reply_format_valid_rate"])),
-            ("questions with tool errors", pct(summary["tool_error_rate"])),
+    def num(key: str, fmt: str, scale: float = 1) -> str:
+        return "-" if summary.get(key) is None else format(summary[key] * scale, fmt)
+    rows = [("questions", f"{summary['n']}{'  (interrupted)' if summary.get('interrupted') else ''}"),
+            ("success", f"{num('success_rate', '.1f', 100)}%  ({summary['n_success']}/{summary['n']})"),
+            ("format-valid questions", num("format_valid_rate", ".1f", 100) + "%"),
+            ("format-valid replies", num("reply_format_valid_rate", ".1f", 100) + "%"),
+            ("questions with tool errors", num("tool_error_rate", ".1f", 100) + "%"),
             ("runs that crashed", str(summary["n_errors"])),
-            ("mean steps", "-" if summary["mean_steps"] is None else f"{summary['mean_steps']:.2f}"),
-            ("mean seconds", "-" if summary["mean_seconds"] is None else f"{summary['mean_seconds']:.2f}"),
-            ("tokens (prompt / completion)", f"{summary['prompt_tokens'] or '-'} / {summary['completion_tokens'] or '-'}"),
-            ("wall seconds", "-" if summary["wall_seconds"] is None else f"{summary['wall_seconds']:.1f}")]
+            ("mean steps", num("mean_steps", ".2f")), ("mean seconds", num("mean_seconds", ".2f")),
+            ("tokens prompt / completion", f"{num('prompt_tokens', 'd')} / {num('completion_tokens', 'd')}"),
+            ("wall seconds", num("wall_seconds", ".1f"))]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
 def _write(out: Path, records: list[dict], summary: dict) -> None:
     with open(out / "results.jsonl", "w", encoding="utf-8") as f:
-        for record in records:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        f.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
     (out / "summary.json").write_text(json.dumps(redact(summary), ensure_ascii=False, indent=2) + "\n",
                                       encoding="utf-8")
 
@@ -269,23 +216,27 @@ def _write(out: Path, records: list[dict], summary: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     import sys
 
-    from .config import ConfigError
+    from .config import ConfigError, select_tools
 
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    say = (lambda text: print(text, file=sys.stderr, flush=True)) if args.json else \
-        (lambda text: print(text, flush=True))
+    stream = sys.stderr if args.json else sys.stdout
+
+    def say(text: str) -> None:
+        print(text, file=stream, flush=True)
+
+    def fail(message: str, code: int = 2) -> int:
+        print(f"error: {message}", file=sys.stderr)
+        return code
+
     for name in ("limit", "concurrency", "max_turns", "max_new_tokens"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            print(f"error: --{name.replace('_', '-')} must be at least 1, not {value}", file=sys.stderr)
-            return 2
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            return fail(f"--{name.replace('_', '-')} must be at least 1, not {getattr(args, name)}")
     try:
         items = load_suite(args.suite)[: args.limit]
         cfg = _load_config(args)
     except (SuiteError, ConfigError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return fail(str(e))
     concurrency = args.concurrency or (4 if cfg.model.backend == "openai" else 1)
     if concurrency > 1 and cfg.model.backend != "openai":
         say(f"note: backend {cfg.model.backend} runs one question at a time (--concurrency ignored)")
@@ -294,29 +245,25 @@ def main(argv: list[str] | None = None) -> int:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        print(f"error: cannot create the output folder {out}: {e.strerror or e}", file=sys.stderr)
-        return 2
+        return fail(f"cannot create the output folder {out}: {e.strerror or e}")
     run = {"suite": str(args.suite), "config": cfg.source, "backend": cfg.model.backend,
-           "model": cfg.model.name or cfg.model.path, "tools": cfg.agent.tools, "concurrency": concurrency}
+           "model": cfg.model.name or cfg.model.path, "tools": select_tools(cfg)[0], "concurrency": concurrency}
     try:
         try:
             factory = agent_factory_from_config(cfg)
         except ConfigError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+            return fail(str(e))
         except (OSError, ImportError, ValueError, RuntimeError) as e:
-            print(f"error: cannot load the model: {type(e).__name__}: {' '.join(str(e).split())[:300]}",
-                  file=sys.stderr)
-            return 1
+            return fail(f"cannot load the model: {type(e).__name__}: {' '.join(str(e).split())[:300]}", 1)
         say(f"evaluating {len(items)} questions from {args.suite} (backend {cfg.model.backend}, "
             f"concurrency {concurrency}) -> {out}")
-        with open(out / "results.jsonl", "w", encoding="utf-8") as partial:
+        finished: list[dict] = []
+        with open(out / "results.jsonl", "w", encoding="utf-8") as partial:  # kept if the process dies
             def on_result(record: dict) -> None:
                 partial.write(json.dumps(record, ensure_ascii=False) + "\n")
                 partial.flush()
-                on_result.count += 1
-                say(_progress_line(record, on_result.count, len(items)))
-            on_result.count = 0
+                finished.append(record)
+                say(_progress_line(record, len(finished), len(items)))
             records, summary = evaluate(items, factory, concurrency, on_result)
         code = 0
     except EvalInterrupted as stop:

@@ -1,4 +1,5 @@
-"""Answer scoring for eval suites: normalised text match and tolerant numeric match.
+"""Eval suites and how their answers are judged: normalised text match, tolerant numeric match,
+and whether each model reply followed the ReAct format.
 
 The rules, and why:
 - A gold answer that is a JSON number (int / float) is scored numerically: the LAST number in
@@ -17,10 +18,13 @@ The rules, and why:
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 import string
 import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -150,3 +154,60 @@ def tool_error(step: Step) -> str | None:
     if step.action is None or step.arguments is None or step.error in (None, "repeated call"):
         return None
     return step.error
+
+
+# --- suites -------------------------------------------------------------------------------------
+
+class SuiteError(ValueError):
+    """A suite file that cannot be used; the message is one line naming the file (and line)."""
+
+
+@dataclass
+class SuiteItem:
+    """One question of a suite; `extra` holds its other keys (e.g. "source")."""
+
+    id: str
+    question: str
+    answer: Gold
+    extra: dict = field(default_factory=dict)
+
+
+def load_suite(path: str | Path) -> list[SuiteItem]:
+    """Read and check a JSONL suite; raise SuiteError with the file and line of the first problem."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SuiteError(f"{path}: no such suite file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise SuiteError(f"{path}: cannot read the suite ({type(e).__name__}: {e})") from None
+    items: list[SuiteItem] = []
+    seen: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise SuiteError(f"{where}: not valid JSON ({e})") from None
+        if not isinstance(row, dict):
+            raise SuiteError(f"{where}: each line must be a JSON object with id, question and answer")
+        missing = [k for k in ("id", "question", "answer") if k not in row]
+        if missing:
+            raise SuiteError(f"{where}: missing key{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+        item_id, question, answer = row.pop("id"), row.pop("question"), row.pop("answer")
+        if not isinstance(item_id, (str, int)) or isinstance(item_id, bool) or str(item_id).strip() == "":
+            raise SuiteError(f"{where}: id must be a non-empty string or an integer")
+        if not isinstance(question, str) or not question.strip():
+            raise SuiteError(f"{where}: question must be a non-empty string")
+        if not is_valid_gold(answer):
+            raise SuiteError(f"{where}: answer must be a non-empty string, a finite number, "
+                             f"or a list of those, not {json.dumps(answer, ensure_ascii=False)[:60]}")
+        item_id = str(item_id)
+        if item_id in seen:
+            raise SuiteError(f"{where}: id {item_id!r} is already used on line {seen[item_id]}")
+        seen[item_id] = number
+        items.append(SuiteItem(item_id, question, answer, row))
+    if not items:
+        raise SuiteError(f"{path}: the suite has no questions")
+    return items
