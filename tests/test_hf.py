@@ -1,0 +1,297 @@
+"""HFChatModel on a tiny random Llama the tests build: prompts, stops, streaming, usage, KV-cache reuse."""
+from __future__ import annotations
+
+import os
+import re
+import threading
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch = pytest.importorskip("torch")
+
+from tinyagent.llm.hf import HFChatModel, common_prefix_length, placement  # noqa: E402
+from tinyagent.llm.streaming import StopHoldback, partial_stop_length  # noqa: E402
+
+STOP = ["Observation:"]
+QUESTION = [{"role": "system", "content": "Answer with tools."}, {"role": "user", "content": "What is 12 times 6?"}]
+
+
+@pytest.fixture(scope="module")
+def model(tiny_llama_dir):
+    return HFChatModel(tiny_llama_dir)
+
+
+@pytest.fixture(scope="module")
+def no_reuse(model):
+    """The same weights without KV-cache reuse: every call is a full prefill."""
+    return HFChatModel.from_model(model.model, model.tokenizer, reuse_cache=False)
+
+
+class Recorder:
+    """A logits processor that records what the model saw and scored at each step."""
+
+    def __init__(self):
+        self.inputs, self.scores = [], []
+
+    def __call__(self, input_ids, scores):
+        self.inputs.append(input_ids[0].tolist())
+        self.scores.append(scores[0].clone())
+        return scores
+
+
+class Ban:
+    """A logits processor that forbids some tokens (here: the end tokens), or forces one at a step."""
+
+    def __init__(self, banned=(), force: tuple[int, int] | None = None):
+        self.banned, self.force, self.step = list(banned), force, 0
+
+    def __call__(self, input_ids, scores):
+        scores[:, self.banned] = -float("inf")
+        if self.force and self.step == self.force[0]:
+            scores[:] = -float("inf")
+            scores[:, self.force[1]] = 0.0
+        self.step += 1
+        return scores
+
+
+def pick_stop(text: str, last: bool = False) -> str:
+    """An alphanumeric run from the middle or end of random-model `text`, to use as a stop string."""
+    words = [m.group() for m in re.finditer(r"[A-Za-z0-9]{2,}", text) if text.find(m.group()) > 3]
+    return words[-1] if last else words[len(words) // 2]
+
+
+def scratch(content: str) -> list[dict]:
+    return [*QUESTION, {"role": "assistant", "content": content}]
+
+
+# --- loading, prompts, counts ------------------------------------------------------------
+
+def test_loads_on_cpu_in_float32_and_describes_itself(model):
+    assert next(model.model.parameters()).dtype == torch.float32
+    assert model.context_window == 2048
+    assert set(model.control_tokens) == {"<|im_start|>", "<|im_end|>", "<|endoftext|>"}
+    assert model.tokenizer.convert_tokens_to_ids("<|im_end|>") in model.end_token_ids
+
+
+def test_placement_rules():
+    assert placement("cpu", "auto") == (None, torch.float32)
+    assert placement("cpu", "bfloat16") == (None, torch.bfloat16)
+    assert placement("cpu", torch.float16) == (None, torch.float16)
+    with pytest.raises(ValueError, match="unknown dtype"):
+        placement("cpu", "float99")
+
+
+def test_forced_dtype(tiny_llama_dir):
+    m = HFChatModel(tiny_llama_dir, device="cpu", dtype="bfloat16")
+    assert next(m.model.parameters()).dtype == torch.bfloat16
+    assert isinstance(m.generate(QUESTION, max_new_tokens=2), str)
+
+
+def test_prompt_opens_an_assistant_turn(model):
+    text = model.render_prompt(QUESTION)
+    assert text.endswith("<|im_start|>user\nWhat is 12 times 6?<|im_end|>\n<|im_start|>assistant\n")
+    assert model.count_tokens(QUESTION) == len(model.encode_prompt(text))
+
+
+def test_trailing_assistant_message_is_continued_not_closed(model):
+    text = model.render_prompt(scratch("Thought: I need"))
+    assert text.endswith("<|im_start|>assistant\nThought: I need")
+
+
+def test_template_that_alters_the_continued_message_falls_back(tiny_llama_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
+    tok.chat_template = tok.chat_template.replace("message['content']", "message['content'] | trim")
+    m = HFChatModel.from_model(HFChatModel(tiny_llama_dir).model, tok)
+    text = m.render_prompt(scratch("Thought: x\nObservation: 1\n"))
+    assert text.endswith("<|im_start|>assistant\nThought: x\nObservation: 1\n")
+    assert text.count("<|im_start|>assistant") == 1
+
+
+def test_tokenizer_without_chat_template_is_refused(model, tiny_llama_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
+    tok.chat_template = None
+    with pytest.raises(ValueError, match="no chat template"):
+        HFChatModel.from_model(model.model, tok)
+
+
+# --- generation --------------------------------------------------------------------------
+
+def test_continuation_returns_only_new_text_and_counts(model):
+    messages = scratch("Thought: I")
+    ids = model.encode_prompt(model.render_prompt(messages))
+    expected = model.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                    max_new_tokens=8, do_sample=False, eos_token_id=model.end_token_ids,
+                                    pad_token_id=0)[0, len(ids):].tolist()
+    out = model.generate(messages, max_new_tokens=8)
+    assert out == model.tokenizer.decode(expected, skip_special_tokens=True)
+    assert (out.prompt_tokens, out.completion_tokens) == (len(ids), len(expected))
+    assert out.seconds > 0 and out.cached_tokens is not None
+
+
+def test_stops_at_a_stop_string_and_trims_it(no_reuse):
+    ban = no_reuse.end_token_ids
+    free = no_reuse.generate(QUESTION, max_new_tokens=30, logits_processor=[Ban(ban)])
+    assert free.completion_tokens == 30
+    stop = pick_stop(free)
+    out = no_reuse.generate(QUESTION, stop=["never appears", stop], max_new_tokens=30, logits_processor=[Ban(ban)])
+    assert out == free[: free.find(stop)]
+    assert out.completion_tokens < 30
+
+
+def test_stops_at_end_of_turn_token(no_reuse):
+    im_end = no_reuse.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    out = no_reuse.generate(QUESTION, max_new_tokens=20, logits_processor=[Ban(force=(3, im_end))])
+    assert out.completion_tokens == 4
+    assert "<|im_end|>" not in out
+
+
+def test_generation_defaults_and_per_call_overrides(model):
+    m = HFChatModel.from_model(model.model, model.tokenizer, max_new_tokens=5)
+    ban = [Ban(m.end_token_ids)]
+    assert m.generate(QUESTION, logits_processor=ban).completion_tokens == 5
+    assert m.generate(QUESTION, max_new_tokens=3, logits_processor=[Ban(m.end_token_ids)]).completion_tokens == 3
+    assert not m._generation_config([]).do_sample
+    sampled = m._generation_config(["x"], temperature=0.7, top_p=0.9)
+    assert (sampled.do_sample, sampled.temperature, sampled.top_p, sampled.stop_strings) == (True, 0.7, 0.9, ["x"])
+
+
+def test_sampling_is_used_when_temperature_is_positive(no_reuse):
+    ban = no_reuse.end_token_ids
+    greedy = no_reuse.generate(QUESTION, max_new_tokens=20, logits_processor=[Ban(ban)])
+    torch.manual_seed(0)
+    samples = {str(no_reuse.generate(QUESTION, max_new_tokens=20, temperature=5.0, logits_processor=[Ban(ban)]))
+               for _ in range(3)}
+    assert samples != {greedy} and len(samples) > 1
+
+
+def test_unknown_option_is_ignored_with_a_warning(model, caplog):
+    with caplog.at_level("WARNING"):
+        model.generate(QUESTION, max_new_tokens=2, seed=3)
+    assert "'seed'" in caplog.text
+
+
+# --- streaming ---------------------------------------------------------------------------
+
+def test_partial_stop_length():
+    assert partial_stop_length("Thought: x\nObser", STOP) == 5
+    assert partial_stop_length("Thought: x\nO", STOP) == 1
+    assert partial_stop_length("Thought: x", STOP) == 0
+    assert partial_stop_length("ab", ["abc", "bcd"]) == 2
+
+
+def test_holdback_never_sends_a_stop_string_prefix():
+    sent = []
+    h = StopHoldback(sent.append, STOP)
+    for text in ["Thought", "Thought: 7\nObs", "Thought: 7\nObserv", "Thought: 7\nObservation: 9", "Thought: 7\nObservation: 9!"]:
+        h.update(text)
+    assert sent == ["Thought", ": 7\n"]
+    h.finish("Thought: 7\n")
+    assert "".join(sent) == "Thought: 7\n"
+
+
+def test_holdback_releases_a_false_alarm():
+    sent = []
+    h = StopHoldback(sent.append, STOP)
+    h.update("a Obser")
+    h.update("a Observe the")
+    h.finish("a Observe the end")
+    assert sent == ["a ", "Observe the", " end"]
+
+
+def test_streamed_chunks_concatenate_to_the_returned_text(no_reuse):
+    ban = no_reuse.end_token_ids
+    free = no_reuse.generate(QUESTION, max_new_tokens=30, logits_processor=[Ban(ban)])
+    stop = pick_stop(free, last=True)
+    chunks: list[str] = []
+    out = no_reuse.generate(QUESTION, stop=[stop], max_new_tokens=30, on_text=chunks.append,
+                            logits_processor=[Ban(ban)])
+    assert len(chunks) > 1
+    assert "".join(chunks) == out == free[: free.find(stop)]
+    assert list(no_reuse.stream(QUESTION, stop=[stop], max_new_tokens=30, logits_processor=[Ban(ban)])) == chunks
+
+
+def test_stream_raises_the_generation_error(no_reuse):
+    def boom(input_ids, scores):
+        raise RuntimeError("processor failed")
+
+    with pytest.raises(RuntimeError, match="processor failed"):
+        list(no_reuse.stream(QUESTION, max_new_tokens=3, logits_processor=[boom]))
+
+
+# --- KV-cache reuse ----------------------------------------------------------------------
+
+def run_steps(m: HFChatModel, steps: int = 4):
+    """A multi-step scratchpad like the agent's: reply, observation appended, continue."""
+    pad, outs, records = "", [], []
+    for i in range(steps):
+        rec = Recorder()
+        messages = scratch(pad) if pad else QUESTION
+        out = m.generate(messages, stop=STOP, max_new_tokens=12, logits_processor=[rec])
+        outs.append(out)
+        records.append(rec)
+        pad += f"{out}\nObservation: {i * 7}\n"
+    return outs, records
+
+
+def test_cache_reuse_is_token_for_token_identical(model, no_reuse):
+    model.reset_cache()
+    with_cache, rec_a = run_steps(model)
+    without, rec_b = run_steps(no_reuse)
+    assert [str(o) for o in with_cache] == [str(o) for o in without]
+    for a, b in zip(rec_a, rec_b):
+        assert a.inputs == b.inputs
+        for sa, sb in zip(a.scores, b.scores):
+            assert torch.allclose(sa, sb, atol=1e-4)
+    assert [o.completion_tokens for o in with_cache] == [o.completion_tokens for o in without]
+    assert all(o.cached_tokens == 0 for o in without)
+    assert with_cache[0].cached_tokens == 0
+    assert all(0 < o.cached_tokens < o.prompt_tokens for o in with_cache[1:])
+    # each later step re-reads at most the text added since the last one (plus a boundary token)
+    for prev, cur in zip(with_cache, with_cache[1:]):
+        assert cur.cached_tokens >= prev.prompt_tokens
+
+
+def test_new_run_reuses_only_the_verified_shared_prefix(model, no_reuse):
+    run_steps(model, 2)
+    other = [QUESTION[0], {"role": "user", "content": "Who wrote Hamlet?"}]
+    shared = common_prefix_length(model.encode_prompt(model.render_prompt(other)),
+                                  model.encode_prompt(model.render_prompt(QUESTION)))
+    out = model.generate(other, stop=STOP, max_new_tokens=10)
+    assert out.cached_tokens == shared > 0
+    assert out == no_reuse.generate(other, stop=STOP, max_new_tokens=10)
+    again = model.generate(other, stop=STOP, max_new_tokens=10)
+    assert again == out and again.cached_tokens == again.prompt_tokens - 1
+
+
+def test_cache_is_dropped_after_a_failed_call(model, no_reuse):
+    run_steps(model, 2)
+
+    def boom(input_ids, scores):
+        raise RuntimeError("stop here")
+
+    with pytest.raises(RuntimeError):
+        model.generate(scratch("Thought: a"), max_new_tokens=5, logits_processor=[boom])
+    out = model.generate(scratch("Thought: a"), max_new_tokens=5)
+    assert out.cached_tokens == 0
+    assert out == no_reuse.generate(scratch("Thought: a"), max_new_tokens=5)
+
+
+def test_concurrent_calls_are_serialised(model, no_reuse):
+    prompts = [scratch(f"Thought: step {i}") for i in range(4)]
+    expected = [str(no_reuse.generate(p, max_new_tokens=6)) for p in prompts]
+    results: dict[int, str] = {}
+
+    def call(i):
+        results[i] = str(model.generate(prompts[i], max_new_tokens=6))
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [results[i] for i in range(4)] == expected

@@ -1,0 +1,264 @@
+"""HFChatModel: any Hugging Face causal chat model, run locally with transformers.
+
+Greedy by default. Within one agent run the prompt only grows, so the KV cache of the last call
+is kept and only the tokens after the longest common prefix (compared on token ids) are fed.
+"""
+from __future__ import annotations
+
+import importlib.util
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator
+
+from .base import BaseModel, Completion, Message, TextCallback, trim_at_stop
+from .streaming import StopHoldback, make_streamer
+
+log = logging.getLogger(__name__)
+
+#: Special tokens that close a turn in common chat formats; generation stops at any the tokenizer has.
+END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
+GENERATE_OPTIONS = ("max_new_tokens", "temperature", "top_p")
+DEFAULT_GENERATION = {"max_new_tokens": 512, "temperature": 0.0, "top_p": 1.0}
+_DECODE_CONTEXT = 4  # prompt tokens decoded along with new ones, so a leading space survives decoding
+
+
+def require(modules: tuple[str, ...], purpose: str) -> None:
+    """Raise ImportError with the pip command when a module needed for `purpose` is missing."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ImportError(f"{purpose} needs {', '.join(missing)}: pip install {' '.join(missing)}")
+
+
+def placement(device: str = "auto", dtype="auto"):
+    """(device_map, torch dtype): bf16 (fp16 without bf16) and device_map="auto" on CUDA, float32 on CPU."""
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if dtype == "auto":
+        if str(device).startswith("cuda"):
+            dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        else:
+            dtype = torch.float32
+    elif isinstance(dtype, str):
+        if not isinstance(getattr(torch, dtype, None), torch.dtype):
+            raise ValueError(f"unknown dtype {dtype!r}: use 'auto', 'bfloat16', 'float16' or 'float32'")
+        dtype = getattr(torch, dtype)
+    if device == "cuda":
+        require(("accelerate",), "device_map='auto'")
+        return "auto", dtype
+    return (None if device == "cpu" else {"": device}), dtype
+
+
+def load_hf(model_id_or_path: str, device: str = "auto", dtype="auto", gguf_file: str | None = None,
+            trust_remote_code: bool = False):
+    """(model, tokenizer) from a hub id or a local folder, or a GGUF file in it."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    extra = {}
+    if gguf_file:
+        require(("gguf", "accelerate"), "loading a GGUF file")
+        extra["gguf_file"] = gguf_file
+    device_map, torch_dtype = placement(device, dtype)
+    tokenizer = AutoTokenizer.from_pretrained(model_id_or_path, trust_remote_code=trust_remote_code, **extra)
+    model = AutoModelForCausalLM.from_pretrained(
+        model_id_or_path, dtype=torch_dtype, device_map=device_map, trust_remote_code=trust_remote_code, **extra)
+    model.eval()
+    return model, tokenizer
+
+
+def common_prefix_length(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+class HFChatModel(BaseModel):
+    """A transformers chat model: chat template, stop strings, streaming, KV-cache reuse.
+
+    `HFChatModel("HuggingFaceTB/SmolLM2-360M-Instruct")`, a local folder, or `gguf_file=` a GGUF file
+    in that folder. `generation_defaults` (max_new_tokens, temperature, top_p, any other
+    `GenerationConfig` field) apply to every call; `generate` can override the first three.
+    """
+
+    def __init__(self, model_id_or_path: str, device: str = "auto", dtype="auto", gguf_file: str | None = None,
+                 trust_remote_code: bool = False, reuse_cache: bool = True, **generation_defaults):
+        model, tokenizer = load_hf(model_id_or_path, device, dtype, gguf_file, trust_remote_code)
+        self._attach(model, tokenizer, reuse_cache, generation_defaults)
+
+    @classmethod
+    def from_model(cls, model, tokenizer, reuse_cache: bool = True, **generation_defaults) -> HFChatModel:
+        """Wrap a model and tokenizer that are already loaded."""
+        self = cls.__new__(cls)
+        self._attach(model, tokenizer, reuse_cache, generation_defaults)
+        return self
+
+    def _attach(self, model, tokenizer, reuse_cache: bool, generation_defaults: dict) -> None:
+        if type(self).render_prompt is HFChatModel.render_prompt and not getattr(tokenizer, "chat_template", None):
+            raise ValueError("this tokenizer has no chat template: use a chat (instruct) model, "
+                             "or set tokenizer.chat_template")
+        self.model, self.tokenizer = model, tokenizer
+        self.reuse_cache = reuse_cache
+        self.generation_defaults = {**DEFAULT_GENERATION, **generation_defaults}
+        special = {*tokenizer.all_special_tokens,
+                   *(t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values() if t.special)}
+        self.control_tokens = tuple(sorted(t for t in special if t))
+        self.context_window = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+        self.end_token_ids = self._end_token_ids()
+        self._lock = threading.Lock()
+        self._cache = None
+        self._cache_ids: list[int] = []
+        self._warned: set[str] = set()
+
+    def _end_token_ids(self) -> list[int]:
+        """eos ids of the generation config and the tokenizer, plus any end-of-turn token it has."""
+        eos = self.model.generation_config.eos_token_id
+        ids = list(eos) if isinstance(eos, (list, tuple)) else [eos]
+        ids.append(self.tokenizer.eos_token_id)
+        vocab = self.tokenizer.get_vocab()
+        ids += [vocab[t] for t in END_OF_TURN_TOKENS if t in vocab and t in self.control_tokens]
+        return sorted({i for i in ids if i is not None})
+
+    # --- prompts --------------------------------------------------------------------------
+
+    def render_prompt(self, messages: list[Message]) -> str:
+        """The prompt text: the chat template, continuing a trailing assistant message unclosed."""
+        apply = self.tokenizer.apply_chat_template
+        last = messages[-1] if messages else {}
+        if last.get("role") != "assistant":
+            return apply(messages, tokenize=False, add_generation_prompt=True)
+        scratchpad = last["content"]
+        if scratchpad:
+            try:
+                text = apply(messages, tokenize=False, continue_final_message=True)
+                if text.endswith(scratchpad):
+                    return text
+            except ValueError:
+                pass
+        # Templates that alter a continued message (e.g. strip it): open a new turn and append it raw.
+        return apply(messages[:-1], tokenize=False, add_generation_prompt=True) + scratchpad
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """Token ids of a rendered prompt (the template already holds any BOS token)."""
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def count_tokens(self, messages: list[Message]) -> int:
+        return len(self.encode_prompt(self.render_prompt(messages)))
+
+    def decode_new(self, prompt_ids: list[int], new_ids: list[int]) -> str:
+        """Text of `new_ids` as it continues the prompt (a leading space stays, special tokens go)."""
+        context = prompt_ids[-_DECODE_CONTEXT:]
+        decode = self.tokenizer.decode
+        before = decode(context, skip_special_tokens=True)
+        full = decode(context + list(new_ids), skip_special_tokens=True)
+        return full[len(before):] if full.startswith(before) else decode(new_ids, skip_special_tokens=True)
+
+    # --- generation -----------------------------------------------------------------------
+
+    def generate(self, messages: list[Message], stop: list[str] | None = None, *,
+                 max_new_tokens: int | None = None, temperature: float | None = None, top_p: float | None = None,
+                 on_text: TextCallback | None = None, logits_processor: list | None = None, **ignored) -> Completion:
+        """Continue `messages`; returns the new text (before the first stop string) with usage counts."""
+        for key in ignored.keys() - self._warned:
+            self._warned.add(key)
+            log.warning("%s ignores the generate option %r", type(self).__name__, key)
+        stop = [s for s in stop or () if s]
+        config = self._generation_config(stop, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+        with self._lock:
+            ids = self.encode_prompt(self.render_prompt(messages))
+            holdback = StopHoldback(on_text, stop) if on_text else None
+            started = time.perf_counter()
+            new_ids, reused = self._run(ids, config, holdback, logits_processor)
+            seconds = time.perf_counter() - started
+            text = trim_at_stop(self.decode_new(ids, new_ids), stop)
+        if holdback:
+            holdback.finish(text)
+        return Completion(text, prompt_tokens=len(ids), completion_tokens=len(new_ids), seconds=seconds,
+                          cached_tokens=reused)
+
+    def stream(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> Iterator[str]:
+        """`generate` as an iterator of text chunks (generation runs in a background thread)."""
+        chunks: queue.Queue = queue.Queue()
+        done = object()
+
+        def work() -> None:
+            try:
+                self.generate(messages, stop, on_text=chunks.put, **kwargs)
+                chunks.put(done)
+            except BaseException as e:  # handed to the consumer, raised there
+                chunks.put(e)
+
+        threading.Thread(target=work, daemon=True).start()
+        while (item := chunks.get()) is not done:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def reset_cache(self) -> None:
+        """Forget the kept KV cache (frees its memory)."""
+        with self._lock:
+            self._cache, self._cache_ids = None, []
+
+    def _generation_config(self, stop: list[str], **overrides):
+        from transformers import GenerationConfig
+
+        options = {**self.generation_defaults, **{k: v for k, v in overrides.items() if v is not None}}
+        temperature, top_p = options.pop("temperature"), options.pop("top_p")
+        if temperature and temperature > 0:
+            options.update(do_sample=True, temperature=temperature, top_p=top_p)
+        else:
+            options.update(do_sample=False)
+        pad = self.tokenizer.pad_token_id
+        return GenerationConfig(eos_token_id=self.end_token_ids, stop_strings=stop or None,
+                                pad_token_id=pad if pad is not None else self.end_token_ids[0],
+                                return_dict_in_generate=True, **options)
+
+    def _run(self, ids: list[int], config, holdback: StopHoldback | None,
+             logits_processor: list | None) -> tuple[list[int], int]:
+        """Generate after `ids`, reusing the kept cache; returns (new ids, tokens reused)."""
+        import torch
+        from transformers import LogitsProcessorList
+
+        cache, reused = self._prepare_cache(ids)
+        device = self.model.device
+        input_ids = torch.tensor([ids], device=device)
+        streamer = make_streamer(lambda new: self.decode_new(ids, new), holdback) if holdback else None
+        try:
+            with torch.inference_mode():
+                out = self.model.generate(
+                    input_ids, attention_mask=torch.ones_like(input_ids), cache=cache, generation_config=config,
+                    logits_processor=LogitsProcessorList(logits_processor or []), streamer=streamer,
+                    tokenizer=self.tokenizer)
+        except BaseException:
+            self._cache, self._cache_ids = None, []
+            raise
+        sequence = out.sequences[0].tolist()
+        if self.reuse_cache:
+            self._cache, self._cache_ids = cache, sequence[: cache.get_seq_length()]
+        return sequence[len(ids):], reused
+
+    def _prepare_cache(self, ids: list[int]):
+        """(cache, reused): the kept cache cut back to its longest common prefix with `ids`, or a new one.
+
+        At least one token of `ids` is always left to feed. Comparing token ids (not text) means
+        a re-tokenised boundary, e.g. near a trimmed stop string, only costs the tokens after it.
+        """
+        from transformers import DynamicCache
+
+        reused = 0
+        if self.reuse_cache and self._cache is not None:
+            reused = min(common_prefix_length(self._cache_ids, ids), len(ids) - 1)
+            drop = len(self._cache_ids) - reused
+            if drop and not getattr(self._cache, "is_croppable", True):
+                reused = 0
+            elif reused and drop:
+                self._cache.crop(-drop)
+                self._cache_ids = self._cache_ids[:reused]
+        if reused == 0:
+            self._cache, self._cache_ids = None, []
+            return DynamicCache(config=self.model.config), 0
+        return self._cache, reused
