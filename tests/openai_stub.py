@@ -1,0 +1,265 @@
+"""A real OpenAI-compatible HTTP server on 127.0.0.1 with canned replies and injected faults.
+
+For tests of clients that must survive what real servers do: 5xx / 429 answers, slow or hung
+responses, dropped connections, non-JSON or malformed bodies. Example:
+
+    with OpenAIStub(replies=["Final Answer: 42"], fail_rate=0.1, delay=0.05) as stub:
+        model = OpenAIChatModel(stub.base_url, "stub")
+        ...
+        assert stub.requests[0]["body"]["messages"][-1]["role"] == "user"
+
+`replies` is a string, a list (served in order; the last one repeats) or a function
+`(request_body) -> str`. Like `transformers serve`, the stub does not cut replies at `stop`
+strings unless `honour_stop=True`. `script` (or `push`) queues one fault per coming request;
+then `fault_for(request_body)` may name one; then `fail_rate` applies. Faults:
+
+    "500" / "503" / "429" / any status   answer that status with a JSON error body
+    "slow"                               wait `slow_seconds` before answering normally
+    "hang"                               wait `slow_seconds`, then close without answering
+    "drop"                               close the connection without answering
+    "non_json"                           200 with an HTML body
+    "no_choices"                         200 with JSON that has no `choices`
+    "bad_stream"                         (streaming) a few chunks, then a non-JSON data line
+    "stall_stream"                       (streaming) a few chunks, then silence for `slow_seconds`
+"""
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class OpenAIStub:
+    """`POST /v1/chat/completions` (JSON or SSE), `GET /v1/models`, `GET /health`."""
+
+    def __init__(
+        self,
+        replies: str | list[str] | Callable[[dict], str] = "Final Answer: ok",
+        *,
+        model: str = "stub-model",
+        fail_rate: float = 0.0,
+        fail_status: int = 500,
+        delay: float = 0.0,
+        jitter: float = 0.0,
+        slow_seconds: float = 5.0,
+        script: Iterable[str] = (),
+        fault_for: Callable[[dict], str | None] | None = None,
+        honour_stop: bool = False,
+        chunk_chars: int = 3,
+        require_key: str | None = None,
+        reject_fields: Iterable[str] = (),
+        done_marker: bool = True,
+        seed: int = 0,
+    ):
+        self.replies = replies
+        self.model = model
+        self.fail_rate = fail_rate
+        self.fail_status = fail_status
+        self.delay = delay
+        self.jitter = jitter
+        self.slow_seconds = slow_seconds
+        self.honour_stop = honour_stop
+        self.chunk_chars = max(1, chunk_chars)
+        self.require_key = require_key
+        self.reject_fields = set(reject_fields)
+        self.done_marker = done_marker  # `data: [DONE]` at the end (transformers serve sends none)
+        self.requests: list[dict] = []  # {"body", "headers", "fault"} per chat request, in arrival order
+        self._script = deque(script)
+        self.fault_for = fault_for
+        self.in_flight = 0
+        self.max_in_flight = 0  # the most chat requests handled at once
+        self._random = random.Random(seed)
+        self._served = 0
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def start(self) -> OpenAIStub:
+        self._thread = threading.Thread(target=self._server.serve_forever, name="openai-stub", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> OpenAIStub:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- behaviour ---------------------------------------------------------------------------
+
+    def push(self, *faults: str) -> None:
+        """Queue faults for the next requests, one each."""
+        with self._lock:
+            self._script.extend(faults)
+
+    @property
+    def chat_requests(self) -> int:
+        with self._lock:
+            return len(self.requests)
+
+    def _next_fault(self, body: dict, headers: dict) -> str | None:
+        with self._lock:
+            fault = self._script.popleft() if self._script else None
+            if fault is None and self.fault_for is not None:
+                fault = self.fault_for(body)
+            if fault is None and self.fail_rate and self._random.random() < self.fail_rate:
+                fault = str(self.fail_status)
+            self.requests.append({"body": body, "headers": headers, "fault": fault})
+            return fault
+
+    def reply_for(self, body: dict) -> str:
+        if callable(self.replies):
+            return self.replies(body)
+        if isinstance(self.replies, str):
+            return self.replies
+        with self._lock:
+            index = min(self._served, len(self.replies) - 1)
+            self._served += 1
+        return self.replies[index]
+
+    def _pause(self) -> None:
+        if self.delay or self.jitter:
+            with self._lock:
+                extra = self._random.uniform(0, self.jitter) if self.jitter else 0.0
+            time.sleep(self.delay + extra)
+
+
+def count_words(text: str) -> int:
+    """The stub's token count: whitespace-separated words (deterministic, easy to check in tests)."""
+    return len(text.split())
+
+
+def _handler_for(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:  # keep test output quiet
+            pass
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") in ("/v1/models", "/models"):
+                self._json(200, {"object": "list", "data": [{"id": stub.model, "object": "model"}]})
+            elif self.path == "/health":
+                self._json(200, {"status": "ok"})
+            else:
+                self._json(404, {"error": {"message": f"no route {self.path}"}})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length)
+            if not self.path.rstrip("/").endswith("/chat/completions"):
+                return self._json(404, {"error": {"message": f"no route {self.path}"}})
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                return self._json(400, {"error": {"message": "body is not JSON"}})
+            fault = stub._next_fault(body, dict(self.headers))
+            with stub._lock:
+                stub.in_flight += 1
+                stub.max_in_flight = max(stub.max_in_flight, stub.in_flight)
+            try:
+                self._answer(body, fault)
+            finally:
+                with stub._lock:
+                    stub.in_flight -= 1
+
+        def _answer(self, body: dict, fault: str | None) -> None:
+            if stub.require_key and self.headers.get("Authorization") != f"Bearer {stub.require_key}":
+                return self._json(401, {"error": {"message": "invalid API key"}})
+            refused = stub.reject_fields & set(body)
+            if refused:
+                return self._json(422, {"detail": f"Unexpected fields in the request: {sorted(refused)}"})
+            stub._pause()
+            if fault in ("slow", "hang"):
+                time.sleep(stub.slow_seconds)
+            if fault in ("hang", "drop"):
+                self.close_connection = True
+                return
+            if fault and fault.isdigit():
+                return self._json(int(fault), {"error": {"message": f"injected HTTP {fault}"}})
+            if fault == "non_json":
+                return self._send(200, "text/html", b"<html><body>502 Bad Gateway</body></html>")
+            if fault == "no_choices":
+                return self._json(200, {"id": "x", "object": "chat.completion", "result": "?"})
+            text = stub.reply_for(body)
+            if stub.honour_stop:
+                text = _cut(text, body.get("stop"))
+            if body.get("max_tokens"):
+                text = " ".join(text.split(" ")[: int(body["max_tokens"])])
+            prompt = " ".join(str(m.get("content") or "") for m in body.get("messages", []))
+            usage = {"prompt_tokens": count_words(prompt), "completion_tokens": count_words(text)}
+            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+            if body.get("stream"):
+                return self._stream(text, usage, fault)
+            self._json(200, {
+                "id": "chatcmpl-stub", "object": "chat.completion", "model": stub.model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                             "finish_reason": "stop"}],
+                "usage": usage,
+            })
+
+        def _stream(self, text: str, usage: dict, fault: str | None) -> None:
+            """Server-sent events in chunked transfer encoding, as uvicorn and vLLM send them."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            pieces = [text[i:i + stub.chunk_chars] for i in range(0, len(text), stub.chunk_chars)]
+            events = [{"choices": [{"index": 0, "delta": {"role": "assistant"}}]}]
+            events += [{"choices": [{"index": 0, "delta": {"content": p}}]} for p in pieces]
+            events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            events.append({"choices": [], "usage": usage})
+            lines = [f"data: {json.dumps(e, ensure_ascii=False)}\n\n" for e in events]
+            lines += ["data: [DONE]\n\n"] if stub.done_marker else []
+            for i, line in enumerate(lines):
+                if fault == "bad_stream" and i == 2:
+                    line = "data: {not json\n\n"
+                if fault == "stall_stream" and i == 2:
+                    time.sleep(stub.slow_seconds)
+                    self.close_connection = True
+                    return
+                self._chunk(line.encode())
+            self._chunk(b"")
+
+        def _chunk(self, data: bytes) -> None:
+            self.wfile.write(f"{len(data):X}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+        def _json(self, status: int, obj: dict) -> None:
+            self._send(status, "application/json", json.dumps(obj, ensure_ascii=False).encode())
+
+        def _send(self, status: int, content_type: str, data: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def handle(self) -> None:
+            try:
+                super().handle()
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (e.g. its timeout fired): nothing to answer
+
+    return Handler
+
+
+def _cut(text: str, stop) -> str:
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    cut = min([i for i in (text.find(s) for s in stops if s) if i >= 0], default=len(text))
+    return text[:cut]

@@ -1,0 +1,305 @@
+"""OpenAIChatModel: any OpenAI-compatible chat server (vLLM, LMDeploy, `transformers serve`, hosted APIs).
+
+Plain `requests`, no vendor SDK. The agent's scratchpad (a trailing assistant message) is sent one
+of two ways, chosen by `scratchpad`:
+
+- "continue": the assistant message goes last with `continue_final_message: true` and
+  `add_generation_prompt: false`, so the server's chat template leaves it open and the model
+  continues it. vLLM accepts these fields. `transformers serve` (5.x) rejects them (HTTP 422),
+  and LMDeploy ignores them and starts a new turn, so use "fold" there.
+- "fold": the scratchpad is appended to the last user message with an instruction to continue it;
+  no assistant message is sent. Works with every OpenAI-compatible server.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator
+
+import requests
+
+from .. import react
+from ..http import RequestFailed, json_body, post_json
+from ..trace import redact, register_secret
+from .base import BaseModel, Completion, Message, TextCallback, trim_at_stop
+
+log = logging.getLogger(__name__)
+
+SCRATCHPAD_MODES = ("continue", "fold")
+GENERATION_KEYS = ("max_new_tokens", "temperature", "top_p")
+#: OpenAI's own API accepts at most 4 stop strings; any further ones are applied here only.
+MAX_SERVER_STOPS = 4
+
+FOLD_INSTRUCTION = {
+    "en": "Your reply so far is below. Continue it from exactly where it ends; "
+          "do not repeat any of it.\n\n",
+    "zh": "下面是你到目前为止的回复。请从它结束的地方直接接着写，不要重复其中任何内容。\n\n",
+}
+
+
+class OpenAIChatModel(BaseModel):
+    """A chat model behind `POST {base_url}/chat/completions`.
+
+    `api_key` defaults to the OPENAI_API_KEY environment variable; it is sent as a bearer token and
+    never appears in logs, errors or the repr. Timeouts, refused connections, 429 and 5xx are
+    retried `max_retries` times with bounded backoff. Passing `on_text` to `generate` streams the
+    reply (server-sent events). One instance is safe to share between threads.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+        scratchpad: str = "continue",
+        backoff: float = 0.5,
+        **generation_defaults,
+    ):
+        if scratchpad not in SCRATCHPAD_MODES:
+            raise ValueError(f"scratchpad must be one of {SCRATCHPAD_MODES}, not {scratchpad!r}")
+        unknown = sorted(set(generation_defaults) - set(GENERATION_KEYS))
+        if unknown:
+            raise TypeError(f"unknown generation settings {unknown}; expected some of {list(GENERATION_KEYS)}")
+        self.base_url = base_url.rstrip("/")
+        self.url = f"{self.base_url}/chat/completions"
+        self.model = model
+        self.timeout = float(timeout)
+        self.max_retries = int(max_retries)
+        self.scratchpad = scratchpad
+        self.backoff = float(backoff)
+        self.generation_defaults = dict(generation_defaults)
+        self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY") or None
+        register_secret(self._api_key)
+        self._local = threading.local()
+
+    @property
+    def continue_supported(self) -> bool:
+        """True when a trailing assistant message is sent as is and continued by the server
+        (scratchpad="continue"); False when it is folded into the last user message."""
+        return self.scratchpad == "continue"
+
+    def __repr__(self) -> str:
+        return (f"OpenAIChatModel(base_url={self.base_url!r}, model={self.model!r}, "
+                f"scratchpad={self.scratchpad!r})")
+
+    # --- the BaseModel interface -------------------------------------------------------------
+
+    def generate(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> Completion:
+        """The model's next text for `messages`, cut before the first stop string, with usage counts."""
+        on_text: TextCallback | None = kwargs.pop("on_text", None)
+        stops = [s for s in stop or () if s]
+        payload = self.build_payload(messages, stops, **kwargs)
+        if on_text is not None:
+            payload["stream"] = True
+            payload["stream_options"] = {"include_usage": True}
+        started = time.perf_counter()
+        response = self._post(payload)
+        try:
+            if on_text is not None and "text/event-stream" in response.headers.get("Content-Type", ""):
+                text, usage = self._read_stream(response, stops, on_text)
+            else:  # also a server that ignored "stream" and sent one JSON body
+                text, usage = self._read_body(response)
+                text = trim_at_stop(text, stops)
+                if on_text is not None and text:
+                    on_text(text)
+        finally:
+            response.close()
+        return Completion(
+            text,
+            prompt_tokens=usage.get("prompt_tokens"),
+            completion_tokens=usage.get("completion_tokens"),
+            seconds=time.perf_counter() - started,
+            cached_tokens=usage.get("cached_tokens"),
+        )
+
+    def build_payload(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> dict:
+        """The request body for `messages`: the scratchpad placed per `self.scratchpad`, settings applied."""
+        settings = {**self.generation_defaults, **{k: v for k, v in kwargs.items() if k in GENERATION_KEYS}}
+        chat = [{"role": m["role"], "content": m["content"]} for m in messages]
+        payload: dict = {"model": self.model}
+        if chat and chat[-1]["role"] == "assistant":
+            if self.scratchpad == "continue":
+                payload["continue_final_message"] = True
+                payload["add_generation_prompt"] = False
+            else:
+                chat = fold_scratchpad(chat)
+        payload["messages"] = chat
+        if stop:
+            payload["stop"] = list(stop)[:MAX_SERVER_STOPS]
+        if settings.get("max_new_tokens") is not None:
+            payload["max_tokens"] = int(settings["max_new_tokens"])
+        for key in ("temperature", "top_p"):
+            if settings.get(key) is not None:
+                payload[key] = float(settings[key])
+        return payload
+
+    # --- HTTP --------------------------------------------------------------------------------
+
+    def _session(self) -> requests.Session:
+        """One connection pool per thread: requests.Session is not documented as thread safe."""
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = requests.Session()
+        return session
+
+    def _post(self, payload: dict) -> requests.Response:
+        headers = {"Content-Type": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        log.debug("POST %s (%d messages, stream=%s)", self.url, len(payload["messages"]),
+                  bool(payload.get("stream")))
+        try:
+            response = post_json(self.url, payload, headers=headers, timeout=self.timeout,
+                                 max_retries=self.max_retries, backoff=self.backoff,
+                                 stream=bool(payload.get("stream")), session=self._session())
+        except RequestFailed as e:
+            raise RequestFailed(redact(str(e)), status=e.status, retryable=e.retryable) from None
+        if response.status_code >= 400:
+            message = self._http_error(response, continued="continue_final_message" in payload)
+            response.close()
+            raise RequestFailed(message, status=response.status_code)
+        return response
+
+    def _http_error(self, response: requests.Response, continued: bool) -> str:
+        """A one-line message for a 4xx answer, with a hint when the continue fields were refused."""
+        try:
+            body = response.json()
+        except ValueError:
+            body = response.text
+        detail = _error_detail(body)
+        message = f"{self.url} answered HTTP {response.status_code}: {detail}"
+        if continued and response.status_code in (400, 422):
+            message += (" (this server may not support continuing an assistant message with "
+                        "continue_final_message; set scratchpad='fold')")
+        return redact(message)
+
+    def _read_body(self, response: requests.Response) -> tuple[str, dict]:
+        try:
+            body = json_body(response, self.url)
+        except RequestFailed as e:
+            raise RequestFailed(redact(str(e)), status=e.status) from None
+        choice = _first_choice(body)
+        message = choice.get("message") if choice is not None else None
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(message, dict) or not isinstance(content, (str, type(None))):
+            keys = ", ".join(sorted(map(str, body))) or "none"
+            raise RequestFailed(redact(f"{self.url} answered without choices[0].message.content "
+                                       f"(top-level keys: {keys})"), status=response.status_code)
+        return content or "", _usage(body.get("usage"))
+
+    def _read_stream(self, response: requests.Response, stops: list[str], on_text: TextCallback) -> tuple[str, dict]:
+        """Collect the streamed reply; pass on_text only text that cannot become part of a stop string."""
+        text, emitted, usage, stopped, events = "", 0, {}, False, 0
+        for event in self._events(response, lambda: len(text)):
+            events += 1
+            if isinstance(event.get("usage"), dict):
+                usage = _usage(event["usage"])
+            choice = _first_choice(event)
+            delta = choice.get("delta") if choice is not None else None
+            piece = delta.get("content") if isinstance(delta, dict) else None
+            if not isinstance(piece, str) or not piece or stopped:
+                continue  # after a stop string keep reading only for the usage counts
+            text += piece
+            cut = len(trim_at_stop(text, stops))
+            stopped = cut < len(text)
+            safe = cut if stopped else len(text) - _partial_stop(text, stops)
+            if safe > emitted:
+                on_text(text[emitted:safe])
+                emitted = safe
+        if not events:
+            raise RequestFailed(redact(f"{self.url} ended the stream without sending any data"))
+        text = trim_at_stop(text, stops)
+        if len(text) > emitted:
+            on_text(text[emitted:])
+        return text, usage
+
+    def _events(self, response: requests.Response, received) -> Iterator[dict]:
+        """The JSON objects of a server-sent event stream, up to `[DONE]` or the end of the body."""
+        try:
+            # chunk_size=None: each chunk of the (chunked) body as it arrives, not 512-byte blocks
+            for raw in response.iter_lines(chunk_size=None):
+                line = raw.decode("utf-8", errors="replace").strip()
+                if not line.startswith("data:"):
+                    continue  # blank separators, comments, `event:` / `id:` fields
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    return
+                try:
+                    event = json.loads(data)
+                except ValueError:
+                    raise RequestFailed(redact(f"{self.url} streamed non-JSON data: {data[:80]!r}")) from None
+                if not isinstance(event, dict):
+                    raise RequestFailed(redact(f"{self.url} streamed JSON that is not an object"))
+                if "error" in event:
+                    raise RequestFailed(redact(f"{self.url} reported an error while streaming: "
+                                               f"{_error_detail(event)}"))
+                yield event
+        except requests.RequestException as e:
+            raise RequestFailed(redact(f"the stream from {self.url} broke off after {received()} "
+                                       f"characters: {type(e).__name__}"), retryable=True) from None
+
+
+def fold_scratchpad(messages: list[Message]) -> list[Message]:
+    """Move a trailing assistant message into the user message before it, with an instruction to continue."""
+    *rest, last = messages
+    scratchpad = last["content"]
+    if rest and rest[-1]["role"] == "user":
+        user = rest.pop()["content"]
+    else:
+        user = ""
+    lang = react.detect_lang(user + scratchpad)
+    content = (user.rstrip() + "\n\n" if user.strip() else "") + FOLD_INSTRUCTION[lang] + scratchpad
+    return [*rest, {"role": "user", "content": content}]
+
+
+def _partial_stop(text: str, stops: Iterable[str]) -> int:
+    """Length of the longest end of `text` that is the start of a stop string (held back while streaming)."""
+    longest = 0
+    for s in stops:
+        for n in range(min(len(s) - 1, len(text)), longest, -1):
+            if text.endswith(s[:n]):
+                longest = n
+                break
+    return longest
+
+
+def _first_choice(body: dict) -> dict | None:
+    choices = body.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return choices[0]
+    return None
+
+
+def _usage(usage) -> dict:
+    """prompt / completion / cached token counts from an OpenAI `usage` object; missing ones are None."""
+    if not isinstance(usage, dict):
+        return {}
+    details = usage.get("prompt_tokens_details")
+    counts = {
+        "prompt_tokens": usage.get("prompt_tokens"),
+        "completion_tokens": usage.get("completion_tokens"),
+        "cached_tokens": details.get("cached_tokens") if isinstance(details, dict) else None,
+    }
+    return {k: v if isinstance(v, int) and not isinstance(v, bool) else None for k, v in counts.items()}
+
+
+def _error_detail(body) -> str:
+    """The human part of an error body: OpenAI's error.message, FastAPI's detail, or the text itself."""
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            body = error["message"]
+        elif error:
+            body = error
+        elif "detail" in body:
+            body = body["detail"]
+        elif "message" in body:
+            body = body["message"]
+    text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text[:200] + ("..." if len(text) > 200 else "") if text else "(empty body)"
