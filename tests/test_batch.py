@@ -1,0 +1,124 @@
+"""run_many: parallel agent runs against one shared OpenAIChatModel behind a real HTTP stub server."""
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import pytest
+from openai_stub import OpenAIStub
+
+from tinyagent import Agent, BaseModel
+from tinyagent.batch import BatchItem, one_line_error, run_many
+from tinyagent.llm import OpenAIChatModel
+from tinyagent.tools import Calculator
+
+KEY = "sk-batch-3d9e7b1f-secret"
+
+
+def question_of(body: dict) -> str:
+    return next(m["content"] for m in body["messages"] if m["role"] == "user")
+
+
+def react_reply(body: dict) -> str:
+    """First turn: ask the calculator for `a*b` from the question; second turn: answer with the observation."""
+    last = body["messages"][-1]
+    if last["role"] == "assistant":
+        observation = re.findall(r"Observation: (.*)", last["content"])[-1]
+        return f"Thought: done.\nFinal Answer: {observation}"
+    a, b = re.findall(r"\d+", question_of(body))
+    return f'Thought: multiply.\nAction: calculator\nAction Input: {{"expression": "{a}*{b}"}}'
+
+
+def boom_fails(body: dict) -> str | None:
+    return "500" if "boom" in question_of(body) else None
+
+
+@pytest.fixture
+def stub():
+    with OpenAIStub(react_reply, fault_for=boom_fails, delay=0.05, jitter=0.1, seed=1) as server:
+        yield server
+
+
+def test_run_many_keeps_order_and_records_the_one_failure(stub, caplog):
+    model = OpenAIChatModel(stub.base_url, "stub-model", api_key=KEY, max_retries=1, backoff=0.01)
+    questions = [f"What is {i} times {i + 3}?" for i in range(9)]
+    questions[4] = "What is 4 times 7? boom"
+    made, done, threads = [], [], set()
+
+    def factory() -> Agent:
+        agent = Agent(model, tools=[Calculator()])
+        made.append(agent)
+        return agent
+
+    def on_done(item: BatchItem) -> None:
+        done.append(item.index)
+        threads.add(threading.current_thread().name)
+
+    items = run_many(factory, questions, concurrency=4, on_done=on_done)
+
+    assert [item.index for item in items] == list(range(9)) and [i.question for i in items] == questions
+    assert sorted(done) == list(range(9)) and threads == {threading.main_thread().name}
+    assert len({id(a) for a in made}) == 9  # a fresh agent per question
+    failed = items[4]
+    assert not failed.ok and failed.result is None and failed.seconds > 0
+    assert failed.error.startswith("RequestFailed: ") and "HTTP 500" in failed.error and model.url in failed.error
+    assert "\n" not in failed.error and KEY not in failed.error and KEY not in caplog.text
+    for i, item in enumerate(items):
+        if i != 4:
+            assert item.ok and item.result.finished and item.result.answer == str(i * (i + 3))
+    assert 1 < stub.max_in_flight <= 4  # parallel, never more than `concurrency` at once
+
+
+def test_a_factory_that_raises_is_recorded_and_redacted(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    calls = []
+
+    def factory() -> Agent:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError(f"could not connect with key {KEY}\nsecond line")
+        return Agent(_EchoModel(), tools=[])
+
+    items = run_many(factory, ["a", "b", "c"], concurrency=1)
+    assert [i.ok for i in items] == [True, False, True]
+    assert items[1].error == "RuntimeError: could not connect with key [REDACTED] second line"
+    assert items[2].result.answer == "c"
+
+
+def test_ctrl_c_stops_the_batch_and_cancels_pending_questions(stub):
+    model = OpenAIChatModel(stub.base_url, "stub-model")
+
+    def on_done(item: BatchItem) -> None:
+        raise KeyboardInterrupt
+
+    questions = [f"What is {i} times 2?" for i in range(20)]
+    with pytest.raises(KeyboardInterrupt):
+        run_many(lambda: Agent(model, tools=[Calculator()]), questions, concurrency=2, on_done=on_done)
+    time.sleep(0.6)  # let the runs that were in progress reach their next step and stop
+    settled = stub.chat_requests
+    time.sleep(0.4)
+    assert stub.chat_requests == settled < 10  # 20 questions x 2 calls if nothing had stopped
+
+
+def test_a_failing_progress_callback_loses_no_results(caplog):
+    def on_done(item: BatchItem) -> None:
+        raise ValueError("progress bar bug")
+
+    items = run_many(lambda: Agent(_EchoModel(), tools=[]), ["x", "y"], concurrency=2, on_done=on_done)
+    assert [i.result.answer for i in items] == ["x", "y"] and "progress bar bug" in caplog.text
+
+
+def test_edge_cases():
+    assert run_many(lambda: None, [], concurrency=3) == []
+    with pytest.raises(ValueError, match="concurrency"):
+        run_many(lambda: None, ["q"], concurrency=0)
+    assert one_line_error(KeyError("k")) == "KeyError: 'k'" and one_line_error(TimeoutError()) == "TimeoutError"
+    assert len(one_line_error(ValueError("x" * 1000))) == 300
+
+
+class _EchoModel(BaseModel):
+    """Answers every question with the question itself (thread safe: no state)."""
+
+    def generate(self, messages, stop=None, **kwargs):
+        return "Final Answer: " + messages[-1]["content"]
