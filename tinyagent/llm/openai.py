@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 import requests
 
@@ -25,6 +25,7 @@ from .. import react
 from ..http import RequestFailed, json_body, post_json
 from ..trace import redact, register_secret
 from .base import BaseModel, Completion, Message, TextCallback, trim_at_stop
+from .streaming import StopHoldback
 
 log = logging.getLogger(__name__)
 
@@ -193,29 +194,23 @@ class OpenAIChatModel(BaseModel):
         return content or "", _usage(body.get("usage"))
 
     def _read_stream(self, response: requests.Response, stops: list[str], on_text: TextCallback) -> tuple[str, dict]:
-        """Collect the streamed reply; pass on_text only text that cannot become part of a stop string."""
-        text, emitted, usage, stopped, events = "", 0, {}, False, 0
-        for event in self._events(response, lambda: len(text)):
+        """Collect the streamed reply; on_text gets only text that cannot become part of a stop string."""
+        holdback = StopHoldback(on_text, stops)
+        text, usage, events = "", {}, 0
+        for event in self._events(response, lambda: len(holdback.sent)):
             events += 1
             if isinstance(event.get("usage"), dict):
                 usage = _usage(event["usage"])
             choice = _first_choice(event)
             delta = choice.get("delta") if choice is not None else None
             piece = delta.get("content") if isinstance(delta, dict) else None
-            if not isinstance(piece, str) or not piece or stopped:
-                continue  # after a stop string keep reading only for the usage counts
-            text += piece
-            cut = len(trim_at_stop(text, stops))
-            stopped = cut < len(text)
-            safe = cut if stopped else len(text) - _partial_stop(text, stops)
-            if safe > emitted:
-                on_text(text[emitted:safe])
-                emitted = safe
+            if isinstance(piece, str) and piece and not holdback.stopped:
+                text += piece  # after a stop string, read on only for the usage counts
+                holdback.update(text)
         if not events:
             raise RequestFailed(redact(f"{self.url} ended the stream without sending any data"))
         text = trim_at_stop(text, stops)
-        if len(text) > emitted:
-            on_text(text[emitted:])
+        holdback.finish(text)
         return text, usage
 
     def _events(self, response: requests.Response, received) -> Iterator[dict]:
@@ -255,17 +250,6 @@ def fold_scratchpad(messages: list[Message]) -> list[Message]:
     lang = react.detect_lang(user + scratchpad)
     content = (user.rstrip() + "\n\n" if user.strip() else "") + FOLD_INSTRUCTION[lang] + scratchpad
     return [*rest, {"role": "user", "content": content}]
-
-
-def _partial_stop(text: str, stops: Iterable[str]) -> int:
-    """Length of the longest end of `text` that is the start of a stop string (held back while streaming)."""
-    longest = 0
-    for s in stops:
-        for n in range(min(len(s) - 1, len(text)), longest, -1):
-            if text.endswith(s[:n]):
-                longest = n
-                break
-    return longest
 
 
 def _first_choice(body: dict) -> dict | None:
