@@ -318,3 +318,23 @@ def test_short_observations_are_not_distilled(scripted):
     model = scripted(['Action: read_page\nAction Input: {"url": "x"}', "Final Answer: ok"])
     result = Agent(model, tools=[_page_tool("short page")], distill_observations=True).run("?")
     assert result.steps[0].observation == "short page" and len(model.calls) == 2
+
+
+def test_repeatable_tools_may_repeat_a_call(scripted):
+    from tinyagent.tools import docstore_tools
+
+    lookup = 'Action: lookup\nAction Input: {"keyword": "album"}'
+    model = scripted(['Action: search\nAction Input: {"entity": "Jay Chou"}', lookup, lookup, "Final Answer: Jay"])
+    result = Agent(model, tools=docstore_tools()).run("What was Jay Chou's first album?")
+    assert result.steps[1].observation.startswith("(Result 1 / ")
+    assert result.steps[2].observation.startswith("(Result 2 / ") and result.steps[2].error is None
+
+
+def test_examples_per_language(scripted):
+    from tinyagent.prompts import examples_for
+
+    agent = Agent(scripted([]), tools=[Calculator()],
+                  examples={lang: examples_for(["calculator"], lang) for lang in ("en", "zh")})
+    zh, en = agent.build_system_input("zh"), agent.build_system_input("en")
+    assert "Question: " in zh and "Question: " in en
+    assert zh.split("Question: ")[-1] != en.split("Question: ")[-1]

@@ -78,7 +78,7 @@ class Agent:
         lang: str = "auto",
         max_turns: int = 5,
         system_prompt: str | None = None,
-        examples: list[dict] | None = None,
+        examples: list[dict] | dict[str, list[dict]] | None = None,
         max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS,
         llm_fallback: bool = False,
         distill_observations: bool = False,
@@ -119,7 +119,8 @@ class Agent:
         """The system prompt: tool descriptions and the ReAct format in `lang`."""
         if self.system_prompt is not None:
             return self.system_prompt
-        return react.build_system_prompt(list(self.tools.values()), lang, self.examples)
+        examples = self.examples.get(lang) if isinstance(self.examples, dict) else self.examples
+        return react.build_system_prompt(list(self.tools.values()), lang, examples)
 
     @staticmethod
     def parse_latest_plugin_call(text: str) -> tuple[str, str, str]:
@@ -228,7 +229,7 @@ class Agent:
         except (react.ActionInputError, ToolError) as e:
             return _failed(step, f"bad Action Input for {tool.name_for_model}: {e}. "
                                  f"Parameters: {json.dumps(tool.parameters_for(lang), ensure_ascii=False)}")
-        repeat = _same_call(step, result.steps)
+        repeat = None if tool.repeatable else _same_call(step, result.steps)
         if repeat is not None:
             step.error = "repeated call"
             step.observation = (

@@ -48,6 +48,9 @@ class Tool:
     name_for_human: Text = ""
     description_for_model: Text = ""
     parameters: list[dict] = []
+    #: True when the same arguments again can give a new result (e.g. `lookup` paging through
+    #: matches), so the agent's repeated-call guard lets them through.
+    repeatable: bool = False
 
     def call(self, **kwargs) -> str:
         raise NotImplementedError
