@@ -86,7 +86,8 @@ class OpenAIStub:
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
     def start(self) -> OpenAIStub:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="openai-stub", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="openai-stub", daemon=True)
         self._thread.start()
         return self
 

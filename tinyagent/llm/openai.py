@@ -235,8 +235,10 @@ class OpenAIChatModel(BaseModel):
                                                f"{_error_detail(event)}"))
                 yield event
         except requests.RequestException as e:
+            timed_out = isinstance(e, requests.Timeout) or "timed out" in str(e)
+            reason = f"no data for {self.timeout:g}s (timeout)" if timed_out else type(e).__name__
             raise RequestFailed(redact(f"the stream from {self.url} broke off after {received()} "
-                                       f"characters: {type(e).__name__}"), retryable=True) from None
+                                       f"characters: {reason}"), retryable=True) from None
 
 
 def fold_scratchpad(messages: list[Message]) -> list[Message]:
