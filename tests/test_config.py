@@ -1,0 +1,244 @@
+"""YAML config: schema, defaults, overrides, one-line errors naming key and file, and building."""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from tinyagent import config
+from tinyagent.config import ConfigError, load_config, model_overrides, select_tools
+from tinyagent.trace import redact
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = sorted((ROOT / "configs").glob("*.yaml"))
+
+
+def write(tmp_path, text: str, name: str = "c.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def error_of(*args, **kwargs) -> str:
+    with pytest.raises(ConfigError) as e:
+        load_config(*args, **kwargs)
+    message = str(e.value)
+    assert "\n" not in message
+    return message
+
+
+def test_defaults_are_the_embedded_model_with_all_tools():
+    cfg = load_config()
+    assert cfg.model.backend == "embedded" and cfg.model.trust_remote_code is False
+    assert cfg.agent.tools == ["google_search", "calculator", "local_search"]
+    assert cfg.generation_kwargs() == {"max_new_tokens": 512, "temperature": 0.0, "top_p": 1.0}
+    assert cfg.agent.agent_kwargs() == {"lang": "auto", "max_turns": 5, "max_observation_chars": 4000}
+
+
+def test_default_yaml_matches_the_built_in_defaults():
+    assert load_config(ROOT / "configs" / "default.yaml").to_dict() == load_config().to_dict()
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_every_shipped_config_validates(path):
+    cfg = load_config(path)
+    assert cfg.source == str(path)
+    assert cfg.model.trust_remote_code is False
+    if cfg.model.backend in ("hf", "internlm2"):
+        assert "/" in cfg.model.path  # a hub id: loading it is the model worker's job
+
+
+def test_shipped_model_configs_name_the_expected_models():
+    expected = {"default.yaml": ("embedded", None), "internlm2-chat-1_8b.yaml": ("internlm2", "internlm/internlm2-chat-1_8b"),
+                "internlm2-chat-7b.yaml": ("internlm2", "internlm/internlm2-chat-7b"),
+                "qwen2.5-1.5b-instruct.yaml": ("hf", "Qwen/Qwen2.5-1.5B-Instruct")}
+    for name, (backend, path) in expected.items():
+        cfg = load_config(ROOT / "configs" / name)
+        assert (cfg.model.backend, cfg.model.path) == (backend, path)
+
+
+def test_file_values_then_overrides_win(tmp_path):
+    path = write(tmp_path, "agent:\n  max_turns: 3\n  lang: zh\ngeneration:\n  temperature: 1\n")
+    cfg = load_config(path)
+    assert (cfg.agent.max_turns, cfg.agent.lang, cfg.agent.tools) == (3, "zh", list(config.TOOL_NAMES))
+    assert cfg.generation.temperature == 1.0 and isinstance(cfg.generation.temperature, float)
+    cfg = load_config(path, {"agent": {"max_turns": 7}, "generation.top_p": 0.5, "agent.lang": None})
+    assert (cfg.agent.max_turns, cfg.generation.top_p, cfg.agent.lang) == (7, 0.5, "zh")
+
+
+def test_an_empty_file_means_the_defaults(tmp_path):
+    assert load_config(write(tmp_path, "# nothing\n")).to_dict() == load_config().to_dict()
+
+
+def test_unknown_keys_name_the_key_and_the_file(tmp_path):
+    path = write(tmp_path, "model:\n  backend: embedded\n  pth: x\n")
+    message = error_of(path)
+    assert path in message and "'model.pth'" in message and "valid keys in model" in message and "path" in message
+    message = error_of(write(tmp_path, "agents:\n  max_turns: 3\n", "d.yaml"))
+    assert "'agents'" in message and "model, generation, agent" in message
+    assert "'agent.turns'" in error_of(None, {"agent.turns": 2})
+
+
+@pytest.mark.parametrize("overrides, words", [
+    ({"agent.lang": "fr"}, ["agent.lang", "'fr'", "auto, en, zh"]),
+    ({"agent.max_turns": -1}, ["agent.max_turns", "at least 1", "-1"]),
+    ({"agent.max_turns": 0}, ["agent.max_turns", "at least 1"]),
+    ({"agent.max_turns": "five"}, ["agent.max_turns", "an integer", '"five"']),
+    ({"agent.max_turns": True}, ["agent.max_turns", "an integer"]),
+    ({"model.backend": "llamacpp"}, ["model.backend", "embedded, hf, internlm2, openai"]),
+    ({"agent.tools": ["calculator", "web"]}, ["unknown tool 'web'", "google_search, calculator, local_search"]),
+    ({"agent.tools": "calculator"}, ["agent.tools", "a list of strings"]),
+    ({"agent.tools": ["calculator", "calculator"]}, ["agent.tools", "twice"]),
+    ({"generation.temperature": -0.1}, ["generation.temperature", "at least 0"]),
+    ({"generation.top_p": 0}, ["generation.top_p", "(0, 1]"]),
+    ({"generation.max_new_tokens": 2.5}, ["generation.max_new_tokens", "an integer"]),
+    ({"model.device": "gpu0"}, ["model.device", "'gpu0'"]),
+    ({"model.dtype": "int4"}, ["model.dtype", "float16"]),
+    ({"model.trust_remote_code": "yes"}, ["model.trust_remote_code", "true or false"]),
+    ({"model.backend": "hf"}, ["model.path", "backend hf needs"]),
+    ({"model.backend": "openai", "model.name": "m"}, ["model.base_url", "needs the server URL"]),
+    ({"model.backend": "openai", "model.base_url": "localhost:8000"}, ["model.base_url", "not an http(s) URL"]),
+    ({"model.backend": "openai", "model.base_url": "http://127.0.0.1:1/v1"}, ["model.name"]),
+    ({"model.backend": "internlm2", "model.path": "internlm/x", "model.gguf_file": "a.gguf"},
+     ["model.gguf_file", "only used by backend hf"]),
+    ({"model.backend": "hf", "model.path": "./no/such/folder"}, ["model.path", "no such model folder"]),
+    ({"agent.corpus": "/no/such/corpus.jsonl"}, ["agent.corpus", "no such file"]),
+    ({"model": "hf"}, ["model", "mapping"]),
+])
+def test_bad_values_are_one_line_errors_naming_the_key(overrides, words):
+    message = error_of(None, overrides)
+    for word in words:
+        assert word in message
+
+
+def test_a_bad_value_blames_the_file_it_came_from(tmp_path):
+    path = write(tmp_path, "agent:\n  lang: fr\n")
+    assert error_of(path).startswith(f"{path}: agent.lang:")
+    assert error_of(path, {"agent.max_turns": 0}).startswith(f"{path}: agent.lang:")
+    assert error_of(write(tmp_path, "", "ok.yaml"), {"agent.max_turns": 0}).startswith("agent.max_turns:")
+
+
+def test_unreadable_files_are_config_errors(tmp_path):
+    assert "no such config file" in error_of(tmp_path / "missing.yaml")
+    message = error_of(write(tmp_path, "model:\n  backend: [hf\n"))
+    assert "not valid YAML" in message and "line" in message
+    assert "must be a mapping" in error_of(write(tmp_path, "- a\n- b\n", "list.yaml"))
+
+
+def test_model_overrides_pick_the_backend(tmp_path):
+    internlm = tmp_path / "my-internlm"
+    internlm.mkdir()
+    (internlm / "config.json").write_text(json.dumps({"model_type": "internlm2"}))
+    llama = tmp_path / "my-llama"
+    llama.mkdir()
+    (llama / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    gguf = tmp_path / "m.Q4.gguf"
+    gguf.write_bytes(b"GGUF")
+    assert model_overrides(str(internlm)) == {"model.backend": "internlm2", "model.path": str(internlm)}
+    assert model_overrides(str(llama)) == {"model.backend": "hf", "model.path": str(llama)}
+    assert model_overrides("internlm/internlm2-chat-1_8b")["model.backend"] == "internlm2"
+    assert model_overrides("Qwen/Qwen2.5-1.5B-Instruct") == {"model.backend": "hf", "model.path": "Qwen/Qwen2.5-1.5B-Instruct"}
+    assert model_overrides(str(gguf)) == {"model.backend": "hf", "model.path": str(tmp_path), "model.gguf_file": gguf.name}
+    assert model_overrides("embedded") == {"model.backend": "embedded"}
+    assert model_overrides("served", base_url="http://h:1/v1") == {
+        "model.backend": "openai", "model.name": "served", "model.base_url": "http://h:1/v1"}
+    assert model_overrides("served", backend="openai")["model.name"] == "served"
+    cfg = load_config(None, {k: v for k, v in model_overrides(str(internlm)).items()})
+    assert (cfg.model.backend, cfg.model.path) == ("internlm2", str(internlm))
+
+
+def test_select_tools_falls_back_to_local_search_without_a_serper_key(tmp_path):
+    cfg = load_config()
+    names, notice = select_tools(cfg, env={})
+    assert names == ["calculator", "local_search"]
+    assert "SERPER_API_KEY" in notice and "local_search" in notice
+    assert select_tools(cfg, env={"SERPER_API_KEY": "k" * 20}) == (list(config.TOOL_NAMES), None)
+    only_google = load_config(None, {"agent.tools": ["google_search", "calculator"]})
+    assert select_tools(only_google, env={})[0] == ["local_search", "calculator"]
+    assert select_tools(load_config(None, {"agent.tools": ["calculator"]}), env={}) == (["calculator"], None)
+
+
+def test_build_tools_uses_the_configured_corpus(tmp_path, monkeypatch):
+    monkeypatch.delenv("SERPER_API_KEY", raising=False)
+    corpus = tmp_path / "notes.jsonl"
+    corpus.write_text(json.dumps({"title": "Zorblat", "text": "The zorblat festival is held in Quenton."}) + "\n")
+    tools = config.build_tools(load_config(None, {"agent.tools": ["local_search"], "agent.corpus": str(corpus)}))
+    assert [t.name_for_model for t in tools] == ["local_search"]
+    assert "Quenton" in tools[0](search_query="zorblat festival")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("this is not json\n")
+    with pytest.raises(ConfigError) as e:
+        config.build_tools(load_config(None, {"agent.tools": ["local_search"], "agent.corpus": str(bad)}))
+    assert str(e.value).startswith("agent.corpus:") and "\n" not in str(e.value)
+
+
+def test_build_tools_logs_the_fallback_once(monkeypatch, caplog):
+    monkeypatch.delenv("SERPER_API_KEY", raising=False)
+    with caplog.at_level(logging.WARNING, logger="tinyagent"):
+        tools = config.build_tools(load_config())
+    assert sorted(t.name_for_model for t in tools) == ["calculator", "local_search"]
+    assert [r.getMessage() for r in caplog.records].count(select_tools(load_config(), env={})[1]) == 1
+
+
+class Recorder:
+    """Stands in for a model class: records how it was constructed."""
+
+    made: list = []
+
+    def __init__(self, *args, **kwargs):
+        Recorder.made.append((args, kwargs))
+
+
+def test_build_model_maps_each_backend(monkeypatch, tmp_path, caplog):
+    from tinyagent import llm
+
+    for name in ("HFChatModel", "InternLM2Chat", "OpenAIChatModel", "default_model"):
+        monkeypatch.setitem(vars(llm), name, Recorder)
+    Recorder.made = []
+    gen = {"max_new_tokens": 64, "temperature": 0.0, "top_p": 1.0}
+    config.build_model(load_config(None, {"generation.max_new_tokens": 64}))
+    assert Recorder.made[-1] == ((), gen)
+    config.build_model(load_config(None, {"generation.max_new_tokens": 64, "model.device": "cuda"}))
+    assert Recorder.made[-1] == ((), {"device": "cuda", **gen})
+    config.build_model(load_config(None, {"model.backend": "hf", "model.path": "org/m", "model.gguf_file": "m.gguf",
+                                          "model.device": "cpu", "generation.max_new_tokens": 64}))
+    assert Recorder.made[-1] == (("org/m",), {"device": "cpu", "dtype": "auto", "gguf_file": "m.gguf",
+                                               "trust_remote_code": False, **gen})
+    with caplog.at_level(logging.WARNING, logger="tinyagent"):
+        config.build_model(load_config(ROOT / "configs" / "internlm2-chat-1_8b.yaml",
+                                       {"model.trust_remote_code": True, "generation.max_new_tokens": 64}))
+    assert Recorder.made[-1] == (("internlm/internlm2-chat-1_8b",), {"device": "auto", "dtype": "auto",
+                                                                      "trust_remote_code": True, **gen})
+    warning = " ".join(r.getMessage() for r in caplog.records)
+    assert "trust_remote_code" in warning and "code from that model repository will run on this machine" in warning
+
+
+def test_build_model_reads_the_api_key_from_the_named_variable_and_treats_it_as_secret(monkeypatch):
+    from tinyagent import llm
+
+    monkeypatch.setitem(vars(llm), "OpenAIChatModel", Recorder)
+    monkeypatch.setenv("MY_SERVER_TOKEN", "tok-very-secret-123")
+    Recorder.made = []
+    config.build_model(load_config(ROOT / "configs" / "openai-compatible.yaml",
+                                   {"model.api_key_env": "MY_SERVER_TOKEN", "model.timeout": 5}))
+    args, kwargs = Recorder.made[-1]
+    assert args == ("http://127.0.0.1:23333/v1", "internlm2-chat-7b")
+    assert kwargs["api_key"] == "tok-very-secret-123" and kwargs["timeout"] == 5.0 and kwargs["scratchpad"] == "fold"
+    assert redact("key tok-very-secret-123") == "key [REDACTED]"
+
+
+def test_build_agent_takes_its_settings_from_the_config(scripted, monkeypatch):
+    monkeypatch.delenv("SERPER_API_KEY", raising=False)
+    cfg = load_config(None, {"agent.lang": "zh", "agent.max_turns": 2, "agent.tools": ["calculator"],
+                             "generation.max_new_tokens": 33, "agent.max_observation_chars": 100})
+    model = scripted(["Final Answer: 好"])
+    agent = config.build_agent(cfg, model)
+    assert (agent.lang, agent.max_turns, agent.max_observation_chars) == ("zh", 2, 100)
+    assert list(agent.tools) == ["calculator"]
+    assert agent.run("hi").answer == "好"
+    assert model.calls[0]["kwargs"]["max_new_tokens"] == 33
+    system = model.calls[0]["messages"][0]["content"]
+    assert "请尽你所能" in system and "calculator" in system and "local_search" not in system
+    assert config.build_agent(cfg, scripted([]), max_turns=4).max_turns == 4

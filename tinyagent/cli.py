@@ -1,0 +1,396 @@
+"""The `tinyagent` command: `ask` one question, or `chat` in a multi-turn session.
+
+Steps stream to stdout as the model writes them; status lines and errors go to stderr, so
+`--json` output on stdout stays machine-readable. User mistakes end with one line
+(`tinyagent: error: ...`) and exit code 2 (usage, config) or 1 (runtime); Ctrl-C exits 130.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+
+from . import __version__, config as configuration, react
+from .http import RequestFailed
+from .trace import TraceWriter, dumps, redact, secrets, to_jsonable
+
+EXIT_RUNTIME, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+PROG = "tinyagent"
+log = logging.getLogger(__name__)
+
+
+class LoadError(Exception):
+    """The model could not be loaded or reached; the message says which and why."""
+
+
+# --- output -------------------------------------------------------------------------------------
+
+def note(message: str) -> None:
+    """A status line on stderr (never on stdout, which carries answers)."""
+    print(f"{PROG}: {redact(message)}", file=sys.stderr, flush=True)
+
+
+class _StderrHandler(logging.Handler):
+    """Writes to the sys.stderr of the moment (tests swap it), as `tinyagent: warning: ...`."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"{PROG}: {record.levelname.lower()}: {redact(record.getMessage())}", file=sys.stderr, flush=True)
+
+
+def setup_logging(verbose: bool = False) -> None:
+    """Show tinyagent's warnings (INFO too with --verbose) on stderr, once."""
+    logger = logging.getLogger("tinyagent")
+    logger.setLevel(logging.INFO if verbose else logging.WARNING)
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        logger.addHandler(_StderrHandler())
+
+
+def summary(result) -> str:
+    """One line: steps, tokens, seconds (and why it stopped, when not with an answer)."""
+    parts = [f"{len(result.steps)} step{'s' if len(result.steps) != 1 else ''}"]
+    if result.prompt_tokens is not None or result.completion_tokens is not None:
+        p, c = result.prompt_tokens or 0, result.completion_tokens or 0
+        parts.append(f"{p + c} tokens ({p} prompt + {c} generated)")
+    else:
+        parts.append("tokens not reported by the model")
+    parts.append(f"{result.seconds:.1f} s")
+    if result.stop_reason != "final_answer":
+        parts.append(f"stopped: {result.stop_reason}")
+    return "[" + ", ".join(parts) + "]"
+
+
+class Reporter:
+    """Shows and records runs: streamed steps (human), one JSON object per run (--json), a trace.
+
+    Pass `on_text` / `on_step` to the Agent; call `begin` before and `end` after each run.
+    """
+
+    def __init__(self, json_mode: bool = False, stream: bool = True, trace: TraceWriter | None = None,
+                 echo_question: bool = True):
+        self.json_mode, self.stream, self.trace = json_mode, stream and not json_mode, trace
+        self.echo_question = echo_question
+        self.runs = 0
+        self._reset("", "en", 0)
+
+    def _reset(self, question: str, lang: str, max_turns: int) -> None:
+        self.question, self.lang, self.max_turns = question, lang, max_turns
+        self.steps: list = []
+        self._line_open = False      # streamed text not yet ended by a newline
+        self._streamed = False       # the model streamed text for the current step
+        self._pending = ""           # streamed text held back while it may be the start of a secret
+        self._forced_shown = False   # the turn-cap prompt is printed before the forced answer
+
+    def _out(self, text: str) -> None:
+        if not self.json_mode:
+            sys.stdout.write(redact(text))
+            sys.stdout.flush()
+
+    def _stream_out(self, text: str, final: bool = False) -> None:
+        """Print streamed text, holding back a tail that could be the first part of a secret."""
+        self._pending += text
+        known = secrets()
+        cut = len(self._pending) - (0 if final or not known else max(map(len, known)) - 1)
+        for secret in known:  # never cut through a secret: print it whole, as [REDACTED]
+            i = self._pending.find(secret)
+            while i != -1:
+                cut = max(cut, i + len(secret)) if i < cut else cut
+                i = self._pending.find(secret, i + 1)
+        if cut > 0:
+            self._out(self._pending[:cut])
+            self._pending = self._pending[cut:]
+
+    def callbacks(self) -> dict:
+        """Agent keyword arguments: on_step always, on_text only when streaming (so backends need not)."""
+        return {"on_step": self.on_step, **({"on_text": self.on_text} if self.stream else {})}
+
+    def begin(self, question: str, lang: str, max_turns: int) -> None:
+        self.runs += 1
+        self._reset(question, lang, max_turns)
+        if self.echo_question:
+            self._out(f"Question: {question}\n")
+
+    def on_text(self, text: str) -> None:
+        if not self.stream or not text:
+            return
+        if len(self.steps) >= self.max_turns and not self._forced_shown:
+            self._forced_shown = True
+            self._out(react.FORCE_FINAL[self.lang] + ("" if text[0].isspace() else " "))
+        self._stream_out(text)
+        self._streamed, self._line_open = True, not text.endswith("\n")
+
+    def on_step(self, step) -> None:
+        self.steps.append(step)
+        if self.trace is not None:
+            self.trace.write({"event": "step", "run": self.runs, "question": self.question, **to_jsonable(step)})
+        if self.json_mode:
+            return
+        self._stream_out("", final=True)
+        if not self._streamed:  # --no-stream, or a backend that does not stream
+            forced = step.index >= self.max_turns
+            self._out((react.FORCE_FINAL[self.lang] + " " if forced else "") + step.text.lstrip(" ") + "\n")
+        elif self._line_open:
+            self._out("\n")
+        self._line_open = self._streamed = False
+        if step.observation is not None:
+            self._out(f"Observation: {step.observation}\n")
+        elif step.error:
+            self._out(f"Error: {step.error}\n")
+
+    def end(self, result) -> None:
+        if self.trace is not None:
+            self.trace.write({"event": "result", "run": self.runs, "question": result.question,
+                              "answer": result.answer, "finished": result.finished,
+                              "stop_reason": result.stop_reason, "steps": len(result.steps),
+                              "prompt_tokens": result.prompt_tokens,
+                              "completion_tokens": result.completion_tokens, "seconds": result.seconds})
+        if self.json_mode:
+            print(dumps(result), flush=True)
+            return
+        head = f"Final Answer: {result.answer}" if result.finished else "No final answer."
+        self._out(f"{'-' * 40}\n{head}\n{summary(result)}\n\n")
+
+    def interrupted(self) -> None:
+        """Ctrl-C during a run: show and record what was done so far."""
+        record = {"event": "interrupted", "run": self.runs, "question": self.question, "steps": len(self.steps)}
+        if self.trace is not None:
+            self.trace.write(record)
+        if self.json_mode:
+            print(dumps({"question": self.question, "steps": self.steps, "finished": False,
+                         "stop_reason": "interrupted"}), flush=True)
+        else:
+            self._stream_out("", final=True)
+            self._out(("\n" if self._line_open else "") + f"{'-' * 40}\nInterrupted after "
+                      f"{len(self.steps)} step{'s' if len(self.steps) != 1 else ''}.\n")
+
+
+def answer(agent, reporter: Reporter, question: str, chat: bool = True):
+    """Run one question through `agent` (keeping its history when `chat`), reporting as it goes."""
+    lang = agent.lang if agent.lang != "auto" else react.detect_lang(question)
+    reporter.begin(question, lang, agent.max_turns)
+    try:
+        result = agent.chat(question) if chat else agent.run(question)
+    except KeyboardInterrupt:
+        reporter.interrupted()
+        raise
+    reporter.end(result)
+    return result
+
+
+# --- configuration and model --------------------------------------------------------------------
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """Options shared by `ask`, `chat` and run_demo.py: they override the config file's values."""
+    g = parser.add_argument_group("model and agent (override the config file)")
+    g.add_argument("--config", metavar="FILE", help="YAML config (default: the embedded SmolLM2 model)")
+    g.add_argument("--model", metavar="ID_OR_PATH", help="hub id, local folder or .gguf file; "
+                   "'embedded'; with --base-url, the served model name")
+    g.add_argument("--gguf-file", metavar="NAME", help="a .gguf file inside the --model folder or repo")
+    g.add_argument("--base-url", metavar="URL", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
+    g.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps")
+    g.add_argument("--dtype", help="auto, float32, float16 or bfloat16")
+    g.add_argument("--lang", choices=configuration.LANGS, help="prompt language (auto: from the question)")
+    g.add_argument("--max-turns", type=int, metavar="N", help="tool calls before a forced answer")
+    g.add_argument("--tools", metavar="LIST", help=f"comma-separated, from: {','.join(configuration.TOOL_NAMES)}")
+    g.add_argument("--corpus", metavar="FILE", help="JSONL corpus for local_search")
+    g.add_argument("--max-new-tokens", type=int, metavar="N")
+    g.add_argument("--temperature", type=float)
+    g.add_argument("--top-p", type=float)
+    g.add_argument("-v", "--verbose", action="store_true", help="log details; tracebacks on errors")
+
+
+def config_from_args(args: argparse.Namespace) -> configuration.Config:
+    """The config file (or defaults) with the command-line options applied on top."""
+    path, tools = args.config, args.tools
+    overrides = {
+        "model.gguf_file": args.gguf_file, "model.device": args.device, "model.dtype": args.dtype,
+        "agent.lang": args.lang, "agent.max_turns": args.max_turns, "agent.corpus": args.corpus,
+        "agent.tools": None if tools is None else [t.strip() for t in tools.split(",") if t.strip()],
+        "generation.max_new_tokens": args.max_new_tokens, "generation.temperature": args.temperature,
+        "generation.top_p": args.top_p,
+    }
+    if args.model:
+        backend = configuration.load_config(path).model.backend
+        model = configuration.model_overrides(args.model, args.base_url, backend)
+        overrides.update({k: v for k, v in model.items() if v is not None})
+    elif args.base_url:
+        overrides.update({"model.backend": "openai", "model.base_url": args.base_url})
+    return configuration.load_config(path, overrides)
+
+
+def model_label(cfg: configuration.Config) -> str:
+    """The model in a few words, for status and error lines."""
+    m = cfg.model
+    if m.backend == "embedded":
+        return "the embedded SmolLM2-135M-Instruct model"
+    if m.backend == "openai":
+        return f"model {m.name} at {m.base_url}"
+    return f"model {m.path}" + (f" ({m.gguf_file})" if m.gguf_file else "")
+
+
+def load_model(cfg: configuration.Config):
+    """Build the model with a status line on stderr; failures become a one-line LoadError."""
+    m = cfg.model
+    if m.backend == "openai":
+        note(f"Using {model_label(cfg)}")
+    elif m.backend == "embedded":
+        note(f"Loading {model_label(cfg)} ... (this takes ~20 s on CPU)")
+    else:
+        note(f"Loading {model_label(cfg)} with backend {m.backend} on device {m.device} ...")
+    started = time.perf_counter()
+    try:
+        model = configuration.build_model(cfg)
+    except (configuration.ConfigError, KeyboardInterrupt):
+        raise
+    except Exception as e:
+        log.info("model load failed", exc_info=True)
+        raise LoadError(f"could not load {model_label(cfg)}: {first_line(e)}") from e
+    if cfg.model.backend != "openai":
+        note(f"Model ready in {time.perf_counter() - started:.1f} s")
+    return model
+
+
+def first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    text = lines[0] if lines else type(error).__name__
+    return redact(text if len(text) <= 300 else text[:297] + "...")
+
+
+def guarded(body: Callable[[], int], verbose: bool = False) -> int:
+    """Run a command body; turn what users can cause into one line on stderr and an exit code."""
+    try:
+        return body()
+    except configuration.ConfigError as e:
+        code, message = EXIT_USAGE, first_line(e)
+    except (LoadError, RequestFailed) as e:
+        code, message = EXIT_RUNTIME, first_line(e)
+    except KeyboardInterrupt:
+        note("interrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return EXIT_RUNTIME
+    except Exception as e:
+        code, message = EXIT_RUNTIME, f"{type(e).__name__}: {first_line(e)}"
+        if not verbose:
+            message += " (run with --verbose for details)"
+    if verbose:
+        traceback.print_exc()
+    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+# --- the commands -------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="A small bilingual ReAct agent for open-weight "
+                                     "chat models.", epilog="Run `tinyagent ask -h` for the options.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="{ask,chat}")
+    for name, text in (("ask", "answer one question"), ("chat", "a multi-turn session (stdin may be piped)")):
+        p = sub.add_parser(name, help=text, description=text)
+        if name == "ask":
+            p.add_argument("question", nargs="+", help="the question (quotes optional)")
+        add_model_options(p)
+        out = p.add_argument_group("output")
+        out.add_argument("--no-stream", action="store_true", help="print each step when it ends")
+        out.add_argument("--json", action="store_true", help="one JSON result per question on stdout")
+        out.add_argument("--trace", metavar="FILE", help="append one JSON line per step to FILE")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version, or a usage error argparse has printed
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    setup_logging(args.verbose)
+    return guarded(lambda: _run(args), args.verbose)
+
+
+def _run(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    tools = configuration.build_tools(cfg)
+    trace = TraceWriter(args.trace) if args.trace else None
+    try:
+        if trace is not None:
+            trace.write({"event": "start", "command": args.command, "version": __version__,
+                         "config": cfg.to_dict()})
+        interactive = args.command == "chat" and sys.stdin.isatty()
+        reporter = Reporter(json_mode=args.json, stream=not args.no_stream, trace=trace,
+                            echo_question=not interactive)
+        model = load_model(cfg)
+        agent = configuration.build_agent(cfg, model, tools=tools, **reporter.callbacks())
+        if args.command == "ask":
+            answer(agent, reporter, " ".join(args.question), chat=False)
+            return 0
+        return chat_loop(agent, reporter, interactive)
+    finally:
+        if trace is not None:
+            trace.close()
+
+
+CHAT_HELP = "Commands: /history, /reset (forget the conversation), /exit (or Ctrl-D)."
+
+
+def chat_loop(agent, reporter: Reporter, interactive: bool) -> int:
+    """Read questions line by line until EOF or /exit; the agent keeps the conversation."""
+    if interactive:
+        note(f"chat with {type(agent.model).__name__}. {CHAT_HELP}")
+    while True:
+        line = _read_line(interactive)
+        if line is None:
+            return 0
+        line = line.strip()
+        if not line:
+            continue
+        if not line.startswith("/"):
+            answer(agent, reporter, line)
+            continue
+        command = line.split()[0].lower()
+        if command in ("/exit", "/quit"):
+            return 0
+        if command == "/reset":
+            agent.reset()
+            note("history cleared")
+        elif command == "/history":
+            _print_history(agent.history, reporter.json_mode)
+        elif command == "/help":
+            note(CHAT_HELP)
+        else:
+            note(f"unknown command {command}. {CHAT_HELP}")
+
+
+def _read_line(interactive: bool) -> str | None:
+    """The next line of input, or None at EOF. A prompt only when a person is typing."""
+    if interactive and sys.stdout.isatty():
+        try:
+            import readline  # noqa: F401  (line editing and history for input())
+        except ImportError:
+            pass
+        try:
+            return input("> ")
+        except EOFError:
+            print(file=sys.stderr)
+            return None
+    if interactive:
+        print("> ", end="", file=sys.stderr, flush=True)
+    line = sys.stdin.readline()
+    return line if line else None
+
+
+def _print_history(history: list, json_mode: bool) -> None:
+    if json_mode:
+        print(dumps({"history": [{"question": q, "answer": a} for q, a in history]}), flush=True)
+        return
+    if not history:
+        print("(no history)", flush=True)
+    for i, (question, reply) in enumerate(history, 1):
+        print(f"{i}. Q: {redact(question)}\n   A: {redact(reply)}", flush=True)
