@@ -136,7 +136,7 @@ def test_forced_answer_at_the_turn_cap_is_shown_with_its_prompt(use_model, capsy
     code, out, _ = run_cli(capsys, "ask", "--max-turns", "1", "--tools", "calculator", "What is 6*7?")
     assert code == 0
     assert "Observation: 42\n" + react.FORCE_FINAL["en"] + " 42\n" in out
-    assert "stopped: max_turns" in out
+    assert "answer forced at the turn cap" in out
 
 
 def test_options_override_the_config_file(use_model, capsys, tmp_path):

@@ -49,6 +49,13 @@ def setup_logging(verbose: bool = False) -> None:
         logger.addHandler(_StderrHandler())
 
 
+STOP_REASONS = {
+    "no_action": "the reply had no Action and no Final Answer line: taken as the answer",
+    "max_turns": "answer forced at the turn cap",
+    "context_overflow": "stopped: the context window is full",
+}
+
+
 def summary(result) -> str:
     """One line: steps, tokens, seconds (and why it stopped, when not with an answer)."""
     parts = [f"{len(result.steps)} step{'s' if len(result.steps) != 1 else ''}"]
@@ -59,7 +66,7 @@ def summary(result) -> str:
         parts.append("tokens not reported by the model")
     parts.append(f"{result.seconds:.1f} s")
     if result.stop_reason != "final_answer":
-        parts.append(f"stopped: {result.stop_reason}")
+        parts.append(STOP_REASONS.get(result.stop_reason, f"stopped: {result.stop_reason}"))
     return "[" + ", ".join(parts) + "]"
 
 
