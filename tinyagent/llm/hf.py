@@ -77,6 +77,15 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
     return n
 
 
+def _length_dependent_rope_limit(config) -> int | None:
+    """The length past which the model's rope frequencies depend on the sequence length (dynamic NTK,
+    LongRoPE), so cached keys stop matching a fresh prefill; None when they never do."""
+    rope = getattr(config, "rope_parameters", None) or {}
+    if rope.get("rope_type") not in ("dynamic", "longrope"):
+        return None
+    return rope.get("original_max_position_embeddings") or config.max_position_embeddings
+
+
 class HFChatModel(BaseModel):
     """A transformers chat model: chat template, stop strings, streaming, KV-cache reuse.
 
@@ -109,6 +118,7 @@ class HFChatModel(BaseModel):
         self.control_tokens = tuple(sorted(t for t in special if t))
         self.context_window = getattr(model.config.get_text_config(), "max_position_embeddings", None)
         self.end_token_ids = self._end_token_ids()
+        self.exact_reuse_limit = _length_dependent_rope_limit(model.config.get_text_config())
         self._lock = threading.Lock()
         self._cache = None
         self._cache_ids: list[int] = []
@@ -250,6 +260,9 @@ class HFChatModel(BaseModel):
         from transformers import DynamicCache
 
         reused = 0
+        limit = self.exact_reuse_limit
+        if limit is not None and max(len(self._cache_ids), len(ids)) > limit:
+            self._cache, self._cache_ids = None, []  # rope frequencies change with the length: recompute all
         if self.reuse_cache and self._cache is not None:
             reused = min(common_prefix_length(self._cache_ids, ids), len(ids) - 1)
             drop = len(self._cache_ids) - reused
