@@ -292,8 +292,9 @@ def test_a_bad_config_key_names_the_key_and_the_file(tmp_path):
     bad.write_text("model:\n  backend: embedded\nagent:\n  max_turn: 3\n")
     done = tinyagent("ask", "--config", str(bad), "q")
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert done.stderr.strip() == (f"tinyagent: error: {bad}: unknown key 'agent.max_turn'; valid keys in agent: "
-                                   "lang, max_turns, tools, corpus, max_observation_chars")
+    assert done.stderr.strip().startswith(f"tinyagent: error: {bad}: unknown key 'agent.max_turn'; "
+                                          "valid keys in agent: lang, max_turns, tools, corpus, ")
+    assert len(done.stderr.strip().splitlines()) == 1
 
 
 def free_port() -> int:

@@ -34,7 +34,8 @@ def test_defaults_are_the_embedded_model_with_all_tools():
     assert cfg.model.backend == "embedded" and cfg.model.trust_remote_code is False
     assert cfg.agent.tools == ["google_search", "calculator", "local_search"]
     assert cfg.generation_kwargs() == {"max_new_tokens": 512, "temperature": 0.0, "top_p": 1.0}
-    assert cfg.agent.agent_kwargs() == {"lang": "auto", "max_turns": 5, "max_observation_chars": 4000}
+    assert cfg.agent.agent_kwargs() == {"lang": "auto", "max_turns": 5, "max_observation_chars": 4000,
+                                        "llm_fallback": False, "distill_observations": False}
 
 
 def test_default_yaml_matches_the_built_in_defaults():
@@ -242,3 +243,16 @@ def test_build_agent_takes_its_settings_from_the_config(scripted, monkeypatch):
     system = model.calls[0]["messages"][0]["content"]
     assert "请尽你所能" in system and "calculator" in system and "local_search" not in system
     assert config.build_agent(cfg, scripted([]), max_turns=4).max_turns == 4
+
+
+def test_every_agent_setting_is_an_agent_keyword(scripted):
+    """Each agent section key (but tools / corpus) reaches Agent under its own name."""
+    import inspect
+
+    from tinyagent import Agent
+
+    accepted = inspect.signature(Agent).parameters
+    assert set(load_config().agent.agent_kwargs()) <= set(accepted)
+    cfg = load_config(None, {"agent.llm_fallback": True, "agent.tools": ["calculator"]})
+    agent = config.build_agent(cfg, scripted([]))
+    assert list(agent.tools) == ["calculator", "llm_tool"]

@@ -7,6 +7,7 @@ Steps stream to stdout as the model writes them; status lines and errors go to s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -58,7 +59,7 @@ STOP_REASONS = {
 
 def summary(result) -> str:
     """One line: steps, tokens, seconds (and why it stopped, when not with an answer)."""
-    parts = [f"{len(result.steps)} step{'s' if len(result.steps) != 1 else ''}"]
+    parts = [_steps(len(result.steps))]
     if result.prompt_tokens is not None or result.completion_tokens is not None:
         p, c = result.prompt_tokens or 0, result.completion_tokens or 0
         parts.append(f"{p + c} tokens ({p} prompt + {c} generated)")
@@ -68,6 +69,10 @@ def summary(result) -> str:
     if result.stop_reason != "final_answer":
         parts.append(STOP_REASONS.get(result.stop_reason, f"stopped: {result.stop_reason}"))
     return "[" + ", ".join(parts) + "]"
+
+
+def _steps(n: int) -> str:
+    return f"{n} step{'s' if n != 1 else ''}"
 
 
 class Reporter:
@@ -149,11 +154,8 @@ class Reporter:
 
     def end(self, result) -> None:
         if self.trace is not None:
-            self.trace.write({"event": "result", "run": self.runs, "question": result.question,
-                              "answer": result.answer, "finished": result.finished,
-                              "stop_reason": result.stop_reason, "steps": len(result.steps),
-                              "prompt_tokens": result.prompt_tokens,
-                              "completion_tokens": result.completion_tokens, "seconds": result.seconds})
+            fields = {k: v for k, v in to_jsonable(result).items() if k != "steps"}
+            self.trace.write({"event": "result", "run": self.runs, **fields, "steps": len(result.steps)})
         if self.json_mode:
             print(dumps(result), flush=True)
             return
@@ -162,16 +164,15 @@ class Reporter:
 
     def interrupted(self) -> None:
         """Ctrl-C during a run: show and record what was done so far."""
-        record = {"event": "interrupted", "run": self.runs, "question": self.question, "steps": len(self.steps)}
         if self.trace is not None:
-            self.trace.write(record)
+            self.trace.write({"event": "interrupted", "run": self.runs, "question": self.question,
+                              "steps": len(self.steps)})
         if self.json_mode:
             print(dumps({"question": self.question, "steps": self.steps, "finished": False,
                          "stop_reason": "interrupted"}), flush=True)
-        else:
-            self._stream_out("", final=True)
-            self._out(("\n" if self._line_open else "") + f"{'-' * 40}\nInterrupted after "
-                      f"{len(self.steps)} step{'s' if len(self.steps) != 1 else ''}.\n")
+            return
+        self._stream_out("", final=True)
+        self._out(("\n" if self._line_open else "") + f"{'-' * 40}\nInterrupted after {_steps(len(self.steps))}.\n")
 
 
 def answer(agent, reporter: Reporter, question: str, chat: bool = True):
@@ -377,20 +378,15 @@ def chat_loop(agent, reporter: Reporter, interactive: bool) -> int:
 
 def _read_line(interactive: bool) -> str | None:
     """The next line of input, or None at EOF. A prompt only when a person is typing."""
-    if interactive and sys.stdout.isatty():
-        try:
-            import readline  # noqa: F401  (line editing and history for input())
-        except ImportError:
-            pass
-        try:
-            return input("> ")
-        except EOFError:
-            print(file=sys.stderr)
-            return None
-    if interactive:
-        print("> ", end="", file=sys.stderr, flush=True)
-    line = sys.stdin.readline()
-    return line if line else None
+    if not (interactive and sys.stdout.isatty()):
+        return sys.stdin.readline() or None
+    with contextlib.suppress(ImportError):
+        import readline  # noqa: F401  (line editing and history for input())
+    try:
+        return input("> ")
+    except EOFError:
+        print(file=sys.stderr)
+        return None
 
 
 def _print_history(history: list, json_mode: bool) -> None:

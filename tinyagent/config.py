@@ -28,7 +28,7 @@ DTYPES = ("auto", "float32", "float16", "bfloat16")
 SCRATCHPAD_MODES = ("continue", "fold")
 SERPER_KEY_ENV = "SERPER_API_KEY"
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")  # `name` or `org/name`
 
 
 class ConfigError(ValueError):
@@ -69,6 +69,8 @@ class AgentConfig:
     tools: list[str] = field(default_factory=lambda: list(TOOL_NAMES))
     corpus: str | None = None        # JSONL file for local_search
     max_observation_chars: int | None = 4000
+    llm_fallback: bool = False           # offer the model itself as a tool when no tool fits
+    distill_observations: bool = False   # have the model shorten long observations
 
     def agent_kwargs(self) -> dict:
         """The settings `Agent(...)` takes, under its own keyword names."""
@@ -104,8 +106,8 @@ def load_config(path: str | os.PathLike | None = None, overrides: dict | None = 
     origin: dict[str, str] = {}  # dotted key -> the file it came from ("" for an override)
     source = os.fspath(path) if path is not None else None
     if source is not None:
-        _merge(values, origin, _flatten(_read_yaml(source), source), source)
-    _merge(values, origin, _flatten(overrides or {}, ""), "")
+        _collect(_read_yaml(source), source, values, origin)
+    _collect(overrides or {}, "", values, origin)
     cfg = Config(source=source)
     for name, cls in SECTIONS.items():
         setattr(cfg, name, _build_section(cls, name, values[name], origin))
@@ -135,38 +137,26 @@ def _read_yaml(path: str) -> dict:
     return data
 
 
-def _flatten(data: dict, where: str) -> dict[str, object]:
-    """{"agent": {"max_turns": 3}} and {"agent.max_turns": 3} -> {"agent.max_turns": 3}."""
-    flat: dict[str, object] = {}
+def _collect(data: dict, where: str, values: dict[str, dict], origin: dict[str, str]) -> None:
+    """Sections ({"agent": {"max_turns": 3}}) or dotted keys ({"agent.max_turns": 3}) into `values`.
+
+    `where` is the file name, or "" for overrides, whose None values mean "not given".
+    """
     for key, value in data.items():
-        key = str(key)
-        if "." in key:
-            flat[key] = value
-        elif key in SECTIONS:
-            if value is None:
-                continue
-            if not isinstance(value, dict):
-                raise ConfigError(f"{_at(where)}{key}: must be a mapping of settings, not {_show(value)}")
-            flat.update({f"{key}.{k}": v for k, v in value.items()})
-        else:
-            raise ConfigError(f"{_at(where)}unknown section {key!r}; valid sections: {', '.join(SECTIONS)}")
-    return flat
-
-
-def _merge(values: dict[str, dict], origin: dict[str, str], flat: dict[str, object], where: str) -> None:
-    for dotted, value in flat.items():
-        if value is None and not where:
-            continue
-        section, _, key = dotted.partition(".")
+        section, dot, name = str(key).partition(".")
         cls = SECTIONS.get(section)
         if cls is None:
-            raise ConfigError(f"{_at(where)}unknown section {section!r} in {dotted!r}; "
-                              f"valid sections: {', '.join(SECTIONS)}")
+            raise ConfigError(f"{_at(where)}unknown section {section!r}; valid sections: {', '.join(SECTIONS)}")
+        if not dot:
+            if value is not None and not isinstance(value, dict):
+                raise ConfigError(f"{_at(where)}{section}: must be a mapping of settings, not {_show(value)}")
+            _collect({f"{section}.{k}": v for k, v in (value or {}).items()}, where, values, origin)
+            continue
         valid = [f.name for f in dataclasses.fields(cls)]
-        if key not in valid:
-            raise ConfigError(f"{_at(where)}unknown key {dotted!r}; valid keys in {section}: {', '.join(valid)}")
-        values[section][key] = value
-        origin[dotted] = where
+        if name not in valid:
+            raise ConfigError(f"{_at(where)}unknown key {key!r}; valid keys in {section}: {', '.join(valid)}")
+        if value is not None or where:
+            values[section][name], origin[key] = value, where
 
 
 def _at(where: str) -> str:
@@ -266,7 +256,7 @@ def _check_backend(m: ModelConfig, where: typing.Callable[[str], str]) -> None:
 def _looks_local(path: str) -> bool:
     """True for what can only be a file-system path (a hub id is `org/name` or `name`)."""
     return (Path(path).expanduser().exists() or path.startswith((".", "/", "~", "\\"))
-            or path.endswith(".gguf") or not (_HUB_ID.match(path) or re.match(r"^[\w.-]+$", path)))
+            or path.endswith(".gguf") or not _HUB_ID.match(path))
 
 
 def _fail(where: typing.Callable[[str], str], key: str, problem: str) -> typing.NoReturn:
