@@ -331,3 +331,15 @@ def test_end_to_end_against_a_real_server_streaming_json_and_secrets(tmp_path):
             assert SECRET not in text
         denied = tinyagent("ask", *common, "q", env={"OPENAI_API_KEY": "wrong-key-1234"})
         assert denied.returncode == 1 and "Traceback" not in denied.stderr and "wrong-key-1234" not in denied.stderr
+
+
+def test_a_local_model_folder_loads_and_answers_through_the_hf_backend(tiny_llama_dir, capsys, monkeypatch):
+    """A real (tiny, random) transformers model: loaded from --model, streamed, usage counted."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, out, err = run_cli(capsys, "ask", "--model", str(tiny_llama_dir), "--device", "cpu", "--max-turns", "1",
+                             "--max-new-tokens", "6", "--tools", "calculator", "--json", "What is 6*7?")
+    assert code == 0, err
+    result = json.loads(out)
+    assert 1 <= len(result["steps"]) <= 2 and result["prompt_tokens"] > 50
+    assert 0 < result["completion_tokens"] <= 12  # at most 6 per model call, at most 2 calls
+    assert f"Loading model {tiny_llama_dir} with backend hf on device cpu ..." in err and "Model ready in" in err
