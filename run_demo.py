@@ -17,7 +17,7 @@ import contextlib
 import sys
 from pathlib import Path
 
-from tinyagent import cli
+from tinyagent import cli, report
 from tinyagent.config import build_agent, build_tools
 from tinyagent.trace import TraceWriter
 
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace, model=None) -> int:
     tools = build_tools(cfg)
     trace = TraceWriter(args.trace) if args.trace else None
     with contextlib.closing(trace) if trace else contextlib.nullcontext():
-        reporter = cli.Reporter(stream=not args.no_stream, trace=trace)
+        reporter = report.Reporter(stream=not args.no_stream, trace=trace)
         model = model if model is not None else cli.load_model(cfg)
         agent = build_agent(cfg, model, tools=tools, **reporter.callbacks())
         print(f"Model: {cli.model_label(cfg)}. Tools: {', '.join(agent.tools) or 'none'}.", flush=True)
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace, model=None) -> int:
             agent.reset()
             print(f"\n=== Conversation: {title} ===\n", flush=True)
             for question in questions:
-                results.append(cli.answer(agent, reporter, question))
+                results.append(report.answer(agent, reporter, question))
     steps = [s for r in results for s in r.steps]
     tokens = sum((r.prompt_tokens or 0) + (r.completion_tokens or 0) for r in results)
     formatted = sum(r.stop_reason == "final_answer" for r in results)

@@ -1,0 +1,155 @@
+"""How runs are shown and recorded: streamed steps for people, JSON for programs, a JSONL trace.
+
+Shared by the `tinyagent` command and run_demo.py, so both print steps the same way.
+"""
+from __future__ import annotations
+
+import sys
+
+from . import react
+from .trace import TraceWriter, dumps, redact, secrets, to_jsonable
+
+PROG = "tinyagent"
+
+
+def note(message: str) -> None:
+    """A status line on stderr (never on stdout, which carries answers)."""
+    print(f"{PROG}: {redact(message)}", file=sys.stderr, flush=True)
+
+
+STOP_REASONS = {
+    "no_action": "the reply had no Action and no Final Answer line: taken as the answer",
+    "max_turns": "answer forced at the turn cap",
+    "context_overflow": "stopped: the context window is full",
+}
+
+
+def summary(result) -> str:
+    """One line: steps, tokens, seconds (and why it stopped, when not with an answer)."""
+    parts = [_steps(len(result.steps))]
+    if result.prompt_tokens is not None or result.completion_tokens is not None:
+        p, c = result.prompt_tokens or 0, result.completion_tokens or 0
+        parts.append(f"{p + c} tokens ({p} prompt + {c} generated)")
+    else:
+        parts.append("tokens not reported by the model")
+    parts.append(f"{result.seconds:.1f} s")
+    if result.stop_reason != "final_answer":
+        parts.append(STOP_REASONS.get(result.stop_reason, f"stopped: {result.stop_reason}"))
+    return "[" + ", ".join(parts) + "]"
+
+
+def _steps(n: int) -> str:
+    return f"{n} step{'s' if n != 1 else ''}"
+
+
+class Reporter:
+    """Shows and records runs: streamed steps (human), one JSON object per run (--json), a trace.
+
+    Pass `on_text` / `on_step` to the Agent; call `begin` before and `end` after each run.
+    """
+
+    def __init__(self, json_mode: bool = False, stream: bool = True, trace: TraceWriter | None = None,
+                 echo_question: bool = True):
+        self.json_mode, self.stream, self.trace = json_mode, stream and not json_mode, trace
+        self.echo_question = echo_question
+        self.runs = 0
+        self._reset("", "en", 0)
+
+    def _reset(self, question: str, lang: str, max_turns: int) -> None:
+        self.question, self.lang, self.max_turns = question, lang, max_turns
+        self.steps: list = []
+        self._line_open = False      # streamed text not yet ended by a newline
+        self._streamed = False       # the model streamed text for the current step
+        self._pending = ""           # streamed text held back while it may be the start of a secret
+        self._forced_shown = False   # the turn-cap prompt is printed before the forced answer
+
+    def _out(self, text: str) -> None:
+        if not self.json_mode:
+            sys.stdout.write(redact(text))
+            sys.stdout.flush()
+
+    def _stream_out(self, text: str, final: bool = False) -> None:
+        """Print streamed text, holding back a tail that could be the first part of a secret."""
+        self._pending += text
+        known = secrets()
+        cut = len(self._pending) - (0 if final or not known else max(map(len, known)) - 1)
+        for secret in known:  # never cut through a secret: print it whole, as [REDACTED]
+            i = self._pending.find(secret)
+            while i != -1:
+                cut = max(cut, i + len(secret)) if i < cut else cut
+                i = self._pending.find(secret, i + 1)
+        if cut > 0:
+            self._out(self._pending[:cut])
+            self._pending = self._pending[cut:]
+
+    def callbacks(self) -> dict:
+        """Agent keyword arguments: on_step always, on_text only when streaming (so backends need not)."""
+        return {"on_step": self.on_step, **({"on_text": self.on_text} if self.stream else {})}
+
+    def begin(self, question: str, lang: str, max_turns: int) -> None:
+        self.runs += 1
+        self._reset(question, lang, max_turns)
+        if self.echo_question:
+            self._out(f"Question: {question}\n")
+
+    def on_text(self, text: str) -> None:
+        if not self.stream or not text:
+            return
+        if len(self.steps) >= self.max_turns and not self._forced_shown:
+            self._forced_shown = True
+            self._out(react.FORCE_FINAL[self.lang] + ("" if text[0].isspace() else " "))
+        self._stream_out(text)
+        self._streamed, self._line_open = True, not text.endswith("\n")
+
+    def on_step(self, step) -> None:
+        self.steps.append(step)
+        if self.trace is not None:
+            self.trace.write({"event": "step", "run": self.runs, "question": self.question, **to_jsonable(step)})
+        if self.json_mode:
+            return
+        self._stream_out("", final=True)
+        if not self._streamed:  # --no-stream, or a backend that does not stream
+            forced = step.index >= self.max_turns
+            self._out((react.FORCE_FINAL[self.lang] + " " if forced else "") + step.text.lstrip(" ") + "\n")
+        elif self._line_open:
+            self._out("\n")
+        self._line_open = self._streamed = False
+        if step.observation is not None:
+            self._out(f"Observation: {step.observation}\n")
+        elif step.error:
+            self._out(f"Error: {step.error}\n")
+
+    def end(self, result) -> None:
+        if self.trace is not None:
+            fields = {k: v for k, v in to_jsonable(result).items() if k != "steps"}
+            self.trace.write({"event": "result", "run": self.runs, **fields, "steps": len(result.steps)})
+        if self.json_mode:
+            print(dumps(result), flush=True)
+            return
+        head = f"Final Answer: {result.answer}" if result.finished else "No final answer."
+        self._out(f"{'-' * 40}\n{head}\n{summary(result)}\n\n")
+
+    def interrupted(self) -> None:
+        """Ctrl-C during a run: show and record what was done so far."""
+        if self.trace is not None:
+            self.trace.write({"event": "interrupted", "run": self.runs, "question": self.question,
+                              "steps": len(self.steps)})
+        if self.json_mode:
+            print(dumps({"question": self.question, "steps": self.steps, "finished": False,
+                         "stop_reason": "interrupted"}), flush=True)
+            return
+        self._stream_out("", final=True)
+        self._out(("\n" if self._line_open else "") + f"{'-' * 40}\nInterrupted after {_steps(len(self.steps))}.\n")
+
+
+def answer(agent, reporter: Reporter, question: str, chat: bool = True):
+    """Run one question through `agent` (keeping its history when `chat`), reporting as it goes."""
+    lang = agent.lang if agent.lang != "auto" else react.detect_lang(question)
+    reporter.begin(question, lang, agent.max_turns)
+    try:
+        result = agent.chat(question) if chat else agent.run(question)
+    except KeyboardInterrupt:
+        reporter.interrupted()
+        raise
+    reporter.end(result)
+    return result
