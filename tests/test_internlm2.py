@@ -36,12 +36,20 @@ VARIANTS = {
 
 
 def train_sentencepiece() -> bytes:
+    """A BPE sentencepiece model whose last pieces are placeholders, like InternLM2's: the checkpoint's
+    tokenizer_config.json maps those ids to the special tokens."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(CORPUS * 8), model_writer=model, vocab_size=420, model_type="bpe",
         byte_fallback=True, character_coverage=1.0, normalization_rule_name="identity",
         remove_extra_whitespaces=False, unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)
-    return model.getvalue()
+    proto = pb.ModelProto.FromString(model.getvalue())
+    for k in range(len(SPECIALS)):
+        piece = proto.pieces.add()
+        piece.piece, piece.score, piece.type = f"[UNUSED_TOKEN_{141 + k}]", 0.0, pb.ModelProto.SentencePiece.USER_DEFINED
+    return proto.SerializeToString()
 
 
 def write_internlm2(folder, heads: int, kv_heads: int, bias: bool, tie: bool, scaling, fmt: str,
@@ -53,7 +61,7 @@ def write_internlm2(folder, heads: int, kv_heads: int, bias: bool, tie: bool, sc
     sp_bytes = train_sentencepiece()
     (folder / "tokenizer.model").write_bytes(sp_bytes)
     sp = spm.SentencePieceProcessor(model_proto=sp_bytes)
-    n_sp = sp.get_piece_size()
+    n_sp = sp.get_piece_size() - len(SPECIALS)  # ids of the placeholder pieces start here
     added = {str(i): {"content": c, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
                       "special": True} for i, c in enumerate(["<unk>", "<s>", "</s>"])}
     added.update({str(n_sp + k): {"content": c, "lstrip": False, "normalized": False, "rstrip": False,
@@ -72,7 +80,7 @@ def write_internlm2(folder, heads: int, kv_heads: int, bias: bool, tie: bool, sc
         "hidden_act": "silu", "hidden_size": hidden, "initializer_range": 0.02, "intermediate_size": inter,
         "max_position_embeddings": max_pos, "num_attention_heads": heads, "num_hidden_layers": layers,
         "num_key_value_heads": kv_heads, "rms_norm_eps": 1e-5, "rope_scaling": scaling, "rope_theta": 1000000,
-        "tie_word_embeddings": tie, "torch_dtype": "float32", "use_cache": True, "vocab_size": n_sp + len(SPECIALS)}
+        "tie_word_embeddings": tie, "torch_dtype": "float32", "use_cache": True, "vocab_size": sp.get_piece_size()}
     (folder / "config.json").write_text(json.dumps(config))
     g = torch.Generator().manual_seed(seed)
 
@@ -189,6 +197,17 @@ def test_config_is_carried_over(checkpoint):
         assert c.rope_parameters["rope_type"] == "default"
 
 
+def test_forced_dtype(checkpoint):
+    folder, config, weights = checkpoint
+    model = InternLM2Chat(str(folder), device="cpu", dtype="bfloat16")
+    assert next(model.model.parameters()).dtype == torch.bfloat16
+    ids = list(range(3, 15))
+    with torch.no_grad():
+        logits = model.model(torch.tensor([ids])).logits[0].double()
+    expected = reference_logits(config, weights, ids)
+    assert (logits - expected).abs().max() < 0.05 * expected.abs().max()
+
+
 def test_split_wqkv_layout():
     kv_heads, groups, head_dim, hidden = 2, 3, 2, 5
     rows = torch.arange(kv_heads * (groups + 2) * head_dim).repeat_interleave(hidden).view(-1, hidden)
@@ -213,11 +232,14 @@ def test_missing_weights_are_reported(tmp_path):
 
 def test_tokenizer_reads_special_tokens_from_the_config(chat):
     tok = chat.tokenizer
-    n_sp = tok.sp_model.get_piece_size()
+    n_sp = tok.sp_model.get_piece_size() - len(SPECIALS)
+    assert tok.sp_model.id_to_piece(n_sp + 5) == "[UNUSED_TOKEN_146]"  # the config, not the piece, decides
     assert tok.convert_tokens_to_ids("<|im_start|>") == n_sp + 5
     assert tok.convert_tokens_to_ids("<|im_end|>") == n_sp + 4
     ids = tok("<|im_start|>user\nhi<|im_end|>", add_special_tokens=False)["input_ids"]
     assert ids[0] == n_sp + 5 and ids[-1] == n_sp + 4
+    assert tok.decode(ids) == "<|im_start|>user\nhi<|im_end|>"
+    assert tok.decode(ids, skip_special_tokens=True) == "user\nhi"
     assert set(SPECIALS) <= set(chat.control_tokens)
     assert {n_sp + 4, 2} <= set(chat.end_token_ids)
 

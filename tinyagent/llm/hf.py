@@ -143,11 +143,13 @@ class HFChatModel(BaseModel):
             return apply(messages, tokenize=False, add_generation_prompt=True)
         scratchpad = last["content"]
         if scratchpad:
+            from jinja2 import TemplateError
+
             try:
                 text = apply(messages, tokenize=False, continue_final_message=True)
                 if text.endswith(scratchpad):
                     return text
-            except ValueError:
+            except (ValueError, TemplateError):
                 pass
         # Templates that alter a continued message (e.g. strip it): open a new turn and append it raw.
         return apply(messages[:-1], tokenize=False, add_generation_prompt=True) + scratchpad

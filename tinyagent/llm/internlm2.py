@@ -75,13 +75,18 @@ def split_wqkv(tensor, kv_heads: int, head_dim: int):
             packed[:, -1].reshape(-1, *rest).contiguous())
 
 
-def convert_state_dict(weights: dict, config) -> dict:
-    """InternLM2 tensors -> `LlamaForCausalLM` tensors (consumes `weights` to keep one copy in memory)."""
+def convert_state_dict(weights: dict, config, dtype=None) -> dict:
+    """InternLM2 tensors -> `LlamaForCausalLM` tensors, cast to `dtype` if given.
+
+    `weights` is consumed tensor by tensor, so the checkpoint is not held twice in memory.
+    """
     out = {}
     for name in list(weights):
         tensor = weights.pop(name)
         if name.endswith("rotary_emb.inv_freq"):
             continue  # recomputed from the config
+        if dtype is not None:
+            tensor = tensor.to(dtype)
         packed = _WQKV.match(name)
         if packed:
             layer, kind = packed.groups()
@@ -141,7 +146,7 @@ def load_internlm2(path_or_id: str, device: str = "auto", dtype="auto"):
     config = llama_config(json.loads((folder / "config.json").read_text()))
     tokenizer = load_internlm2_tokenizer(folder)
     device_map, torch_dtype = placement(device, dtype)
-    weights = convert_state_dict(read_weights(folder), config)
+    weights = convert_state_dict(read_weights(folder), config, torch_dtype)
     model = LlamaForCausalLM.from_pretrained(None, config=config, state_dict=weights, dtype=torch_dtype,
                                              device_map=device_map)
     del weights

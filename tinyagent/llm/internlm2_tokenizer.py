@@ -22,7 +22,7 @@ def _read_json(path: Path) -> dict:
 def load_internlm2_tokenizer(folder: str | Path):
     """The tokenizer of an InternLM2 checkpoint folder (tokenizer.model + tokenizer_config.json)."""
     from transformers import AddedToken
-    from transformers.tokenization_utils_sentencepiece import SentencePieceBackend
+    from transformers import SentencePieceBackend
 
     class InternLM2Tokenizer(SentencePieceBackend):
         """sentencepiece between special tokens; decoding joins sentencepiece's text of each run."""
