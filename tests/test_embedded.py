@@ -46,6 +46,26 @@ def test_loaded_once_per_process(embedded_model):
 
 
 @pytest.mark.slow
+def test_generation_stops_at_observation(embedded_model):
+    """After an Action Input the model goes on to invent an observation; the stop strings end it there."""
+    @tool
+    def calculator(expression: str) -> str:
+        """Evaluate an arithmetic expression, for example 12*6."""
+        return "72"
+
+    messages = [{"role": "system", "content": react.build_system_prompt([calculator], "en")},
+                {"role": "user", "content": "What is 12 times 6?"},
+                {"role": "assistant", "content": 'Thought: I will use the calculator.\nAction: calculator\n'
+                                                 'Action Input: {"expression": "12*6"}\n'}]
+    unstopped = embedded_model.generate(messages, max_new_tokens=8)
+    assert "Observation:" in unstopped
+    stopped = embedded_model.generate(messages, stop=list(react.STOP_WORDS), max_new_tokens=8)
+    assert stopped == unstopped[: unstopped.find("Observation:")]
+    assert stopped.completion_tokens < 8
+    assert stopped.cached_tokens == stopped.prompt_tokens - 1  # same prompt again: all but one token reused
+
+
+@pytest.mark.slow
 def test_agent_episode_with_a_scripted_tool(embedded_model):
     calls: list[str] = []
 
@@ -62,8 +82,7 @@ def test_agent_episode_with_a_scripted_tool(embedded_model):
     result = agent.run("What is 12 times 6? Use the calculator tool.")
 
     assert result.steps and result.generate_calls == len(result.steps)
-    for step in result.steps:  # every reply ended before an observation the model would invent
-        assert react.cut_at_observation(step.text) == step.text
+    for step in result.steps:
         assert step.prompt_tokens > 0 and step.completion_tokens is not None and step.model_seconds > 0
     assert calls or result.answer, "the model neither called the tool nor answered"
     if calls:
