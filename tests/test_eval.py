@@ -384,3 +384,33 @@ def test_cli_interrupt_writes_what_finished(tmp_path, monkeypatch, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["n"] == 1 and summary["interrupted"] is True and summary["success_rate"] == 1.0
     assert "(interrupted)" in capsys.readouterr().out
+
+
+def test_cli_openai_backend_runs_questions_in_parallel_over_http(tmp_path, capsys, monkeypatch):
+    """A real OpenAI-compatible server on 127.0.0.1: run_many threads, one question's server fails."""
+    from openai_stub import OpenAIStub
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+    def question_of(body: dict) -> str:
+        return next(m["content"] for m in body["messages"] if m["role"] == "user")
+
+    def reply(body: dict) -> str:
+        n = int(question_of(body).split()[-1].rstrip("?"))
+        return f"Thought: easy\nFinal Answer: {n * 2}"
+
+    rows = [{"id": f"q{n}", "question": f"What is twice {n}?", "answer": 2 * n} for n in range(8)]
+    suite = write(tmp_path, "".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "o"
+    with OpenAIStub(replies=reply, delay=0.2, fault_for=lambda b: "500" if "twice 5?" in question_of(b) else None,
+                    honour_stop=True) as stub:
+        code = ev.main(["--suite", str(suite), "--model", "stub-model", "--base-url", stub.base_url,
+                        "--tools", "calculator", "--out", str(out), "--json"])
+        assert stub.max_in_flight > 1  # the default concurrency for a server is 4
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 0 and summary["run"]["backend"] == "openai" and summary["run"]["concurrency"] == 4
+    records = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in records] == [f"q{n}" for n in range(8)]
+    assert [r["success"] for r in records] == [n != 5 for n in range(8)]
+    assert "500" in records[5]["error"] and records[5]["trace"] is None
+    assert summary["n"] == 8 and summary["n_errors"] == 1 and summary["success_rate"] == 0.875
