@@ -32,7 +32,7 @@ def test_package_without_the_file_is_reported(monkeypatch):
 
 
 def test_missing_gguf_support_names_the_packages():
-    with pytest.raises(ImportError, match="loading a GGUF file needs no_such_gguf_module: pip install no_such_gguf_module"):
+    with pytest.raises(ImportError, match="GGUF file needs no_such_gguf_module: pip install no_such_gguf_module"):
         require(("gguf", "no_such_gguf_module"), "loading a GGUF file")
 
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 import os
 import re
 import threading
+from itertools import pairwise
 
 import pytest
+import torch
+
+from tinyagent.llm.hf import HFChatModel, common_prefix_length, placement
+from tinyagent.llm.streaming import StopHoldback, partial_stop_length
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-torch = pytest.importorskip("torch")
-
-from tinyagent.llm.hf import HFChatModel, common_prefix_length, placement  # noqa: E402
-from tinyagent.llm.streaming import StopHoldback, partial_stop_length  # noqa: E402
 
 STOP = ["Observation:"]
 QUESTION = [{"role": "system", "content": "Answer with tools."}, {"role": "user", "content": "What is 12 times 6?"}]
@@ -187,7 +188,8 @@ def test_partial_stop_length():
 def test_holdback_never_sends_a_stop_string_prefix():
     sent = []
     h = StopHoldback(sent.append, STOP)
-    for text in ["Thought", "Thought: 7\nObs", "Thought: 7\nObserv", "Thought: 7\nObservation: 9", "Thought: 7\nObservation: 9!"]:
+    for text in ["Thought", "Thought: 7\nObs", "Thought: 7\nObserv", "Thought: 7\nObservation: 9",
+                 "Thought: 7\nObservation: 9!"]:
         h.update(text)
     assert sent == ["Thought", ": 7\n"]
     h.finish("Thought: 7\n")
@@ -252,7 +254,7 @@ def test_cache_reuse_is_token_for_token_identical(model, no_reuse):
     assert with_cache[0].cached_tokens == 0
     assert all(0 < o.cached_tokens < o.prompt_tokens for o in with_cache[1:])
     # each later step re-reads at most the text added since the last one (plus a boundary token)
-    for prev, cur in zip(with_cache, with_cache[1:]):
+    for prev, cur in pairwise(with_cache):
         assert cur.cached_tokens >= prev.prompt_tokens
 
 

@@ -8,13 +8,13 @@ import math
 import os
 
 import pytest
+import sentencepiece as spm
+import torch
+
+from tinyagent.llm.internlm2 import DEFAULT_META_INSTRUCTION, InternLM2Chat, split_wqkv
+from tinyagent.llm.internlm2_tokenizer import load_internlm2_tokenizer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-torch = pytest.importorskip("torch")
-spm = pytest.importorskip("sentencepiece")
-
-from tinyagent.llm.internlm2 import DEFAULT_META_INSTRUCTION, InternLM2Chat, split_wqkv  # noqa: E402
-from tinyagent.llm.internlm2_tokenizer import load_internlm2_tokenizer  # noqa: E402
 
 # InternLM2's special tokens; the real checkpoints put them at the end of the vocabulary (92538-92543).
 SPECIALS = ["<|plugin|>", "<|interpreter|>", "<|action_end|>", "<|action_start|>", "<|im_end|>", "<|im_start|>"]
@@ -28,10 +28,10 @@ You are an AI assistant whose name is InternLM. It is designed to be helpful, ho
 
 VARIANTS = {
     # GQA (2 query heads per key/value head), dynamic NTK rope, sharded safetensors
-    "gqa-dynamic-safetensors": dict(heads=4, kv_heads=2, bias=False, tie=False, scaling={"type": "dynamic", "factor": 2.0},
-                                    fmt="safetensors"),
+    "gqa-dynamic-safetensors": {"heads": 4, "kv_heads": 2, "bias": False, "tie": False,
+                                "scaling": {"type": "dynamic", "factor": 2.0}, "fmt": "safetensors"},
     # one query head per key/value head, biases, tied embeddings, no rope scaling, a PyTorch .bin file
-    "mha-bias-tied-bin": dict(heads=4, kv_heads=4, bias=True, tie=True, scaling=None, fmt="bin"),
+    "mha-bias-tied-bin": {"heads": 4, "kv_heads": 4, "bias": True, "tie": True, "scaling": None, "fmt": "bin"},
 }
 
 
@@ -48,7 +48,7 @@ def train_sentencepiece() -> bytes:
     proto = pb.ModelProto.FromString(model.getvalue())
     for k in range(len(SPECIALS)):
         piece = proto.pieces.add()
-        piece.piece, piece.score, piece.type = f"[UNUSED_TOKEN_{141 + k}]", 0.0, pb.ModelProto.SentencePiece.USER_DEFINED
+        piece.piece, piece.type = f"[UNUSED_TOKEN_{141 + k}]", pb.ModelProto.SentencePiece.USER_DEFINED
     return proto.SerializeToString()
 
 
@@ -286,7 +286,8 @@ def test_prompt_with_system_message_and_continued_assistant(chat):
     messages = [{"role": "system", "content": "Use tools."}, {"role": "user", "content": "2+2?"},
                 {"role": "assistant", "content": "Thought: add"}]
     assert chat.render_prompt(messages) == (
-        "<|im_start|>system\nUse tools.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\nThought: add")
+        "<|im_start|>system\nUse tools.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+        "<|im_start|>assistant\nThought: add")
 
 
 def test_generation_ends_at_im_end_and_reuses_the_cache(chat):

@@ -201,12 +201,12 @@ class HFChatModel(BaseModel):
             try:
                 self.generate(messages, stop, on_text=chunks.put, **kwargs)
                 chunks.put(done)
-            except BaseException as e:  # handed to the consumer, raised there
+            except Exception as e:  # handed to the consumer, raised there
                 chunks.put(e)
 
         threading.Thread(target=work, daemon=True).start()
         while (item := chunks.get()) is not done:
-            if isinstance(item, BaseException):
+            if isinstance(item, Exception):
                 raise item
             yield item
 

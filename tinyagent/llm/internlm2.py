@@ -35,8 +35,8 @@ _RENAMES = [
     (r"^output\.", "lm_head."),
 ]
 _WQKV = re.compile(r"^(model\.layers\.\d+)\.attention\.wqkv\.(weight|bias)$")
-_KNOWN = re.compile(r"^(model\.(embed_tokens|norm|layers\.\d+\.(self_attn|mlp|input_layernorm|post_attention_layernorm))"
-                    r"|lm_head)\.")
+_KNOWN = re.compile(r"^(model\.(embed_tokens|norm|layers\.\d+\."
+                    r"(self_attn|mlp|input_layernorm|post_attention_layernorm))|lm_head)\.")
 
 
 def llama_config(config: dict):

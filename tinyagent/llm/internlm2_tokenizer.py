@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import ClassVar
 
 
 def _content(value) -> str | None:
@@ -21,14 +22,13 @@ def _read_json(path: Path) -> dict:
 
 def load_internlm2_tokenizer(folder: str | Path):
     """The tokenizer of an InternLM2 checkpoint folder (tokenizer.model + tokenizer_config.json)."""
-    from transformers import AddedToken
-    from transformers import SentencePieceBackend
+    from transformers import AddedToken, SentencePieceBackend
 
     class InternLM2Tokenizer(SentencePieceBackend):
         """sentencepiece between special tokens; decoding joins sentencepiece's text of each run."""
 
-        vocab_files_names = {"vocab_file": "tokenizer.model"}
-        model_input_names = ["input_ids", "attention_mask"]
+        vocab_files_names: ClassVar[dict] = {"vocab_file": "tokenizer.model"}
+        model_input_names: ClassVar[list] = ["input_ids", "attention_mask"]
 
         def convert_tokens_to_string(self, tokens: list[str]) -> str:
             special = self.added_tokens_encoder.keys() | set(self.all_special_tokens)
