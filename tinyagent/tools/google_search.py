@@ -8,6 +8,7 @@ from .base import Tool, ToolError
 
 SERPER_URL = "https://google.serper.dev/search"
 KEY_ENV = "SERPER_API_KEY"
+ENDPOINT_ENV = "SERPER_ENDPOINT"  # optional: a proxy or a local test server
 
 
 class GoogleSearch(Tool):
@@ -25,11 +26,11 @@ class GoogleSearch(Tool):
         "schema": {"type": "string"},
     }]
 
-    def __init__(self, api_key: str | None = None, endpoint: str = SERPER_URL, timeout: float = 10.0,
+    def __init__(self, api_key: str | None = None, endpoint: str | None = None, timeout: float = 10.0,
                  max_retries: int = 2, num_results: int = 5, gl: str | None = None,
                  hl: str | None = None, backoff: float = 0.5):
         self._api_key = api_key
-        self.endpoint = endpoint
+        self.endpoint = endpoint or os.environ.get(ENDPOINT_ENV) or SERPER_URL
         self.timeout = timeout
         self.max_retries = max_retries
         self.num_results = num_results
