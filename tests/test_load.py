@@ -1,0 +1,56 @@
+"""Load: 200 questions at concurrency 8 against a flaky, sometimes slow OpenAI-compatible server."""
+from __future__ import annotations
+
+import random
+import re
+import time
+import tracemalloc
+
+from openai_stub import OpenAIStub
+
+from tinyagent import Agent
+from tinyagent.batch import run_many
+from tinyagent.llm import OpenAIChatModel
+from tinyagent.tools import Calculator
+
+
+def reply(body):
+    """A tool call on the first step, then an answer naming the question, so cross-talk would show."""
+    question = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    n = re.search(r"\d+", question).group()
+    if body["messages"][-1]["role"] == "user" and "Observation:" not in body["messages"][-1]["content"]:
+        return f'Thought: compute\nAction: calculator\nAction Input: {{"expression": "{n}*2"}}'
+    return f"Thought: done\nFinal Answer: {n} doubled is {int(n) * 2}"
+
+
+def test_200_questions_none_lost_or_duplicated():
+    slow = random.Random(7)
+    stub = OpenAIStub(reply, fail_rate=0.10, fail_status=500, slow_seconds=0.6, seed=3,
+                      fault_for=lambda body: "slow" if slow.random() < 0.05 else None)
+    questions = [f"What is {i} doubled?" for i in range(200)]
+    with stub:
+        model = OpenAIChatModel(stub.base_url, "stub", timeout=0.3, max_retries=2, backoff=0.01, scratchpad="fold")
+        done = []
+        tracemalloc.start()
+        started = time.perf_counter()
+        items = run_many(lambda: Agent(model, tools=[Calculator()], max_turns=3), questions, concurrency=8,
+                         on_done=lambda item: done.append(item.index))
+        elapsed = time.perf_counter() - started
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    assert [item.index for item in items] == list(range(200))
+    assert sorted(done) == list(range(200))  # each reported exactly once
+    faults = [r["fault"] for r in stub.requests]
+    assert faults.count("500") >= 20 and faults.count("slow") >= 5  # the server really misbehaved
+    for i, item in enumerate(items):
+        assert item.question == questions[i]
+        if item.ok:
+            assert item.result.answer == f"{i} doubled is {i * 2}"
+            assert item.result.steps[0].observation == str(i * 2)
+        else:
+            assert item.error and "http://127.0.0.1" in item.error and "\n" not in item.error
+    ok = sum(item.ok for item in items)
+    assert ok >= 180, f"only {ok} of 200 succeeded"
+    assert stub.max_in_flight <= 8
+    assert peak < 64 * 2**20, f"peak traced memory {peak / 2**20:.0f} MiB"
+    assert elapsed < 120, f"took {elapsed:.0f} s"  # a bound on retries and timeouts, not a benchmark
