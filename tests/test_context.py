@@ -19,7 +19,7 @@ class WindowedModel(ScriptedModel):
     def __init__(self, replies, window, max_new_tokens=100):
         super().__init__(replies)
         self.context_window = window
-        self.max_new_tokens = max_new_tokens
+        self.generation_defaults = {"max_new_tokens": max_new_tokens}
         self.sizes = []
 
     def count_tokens(self, messages):

@@ -194,7 +194,8 @@ class Agent:
         window = getattr(self.model, "context_window", None)
         if not window:
             return []
-        max_new = kwargs.get("max_new_tokens") or getattr(self.model, "max_new_tokens", None) or 512
+        max_new = (kwargs.get("max_new_tokens") or getattr(self.model, "generation_defaults", {}).get("max_new_tokens")
+                   or 512)
         notes = context.fit(messages, result.steps, suffix, self.model.count_tokens, window - max_new, result.lang)
         for note in notes:
             log.info("context: %s", note)

@@ -85,6 +85,8 @@ class BaseModel(ABC):
     control_tokens: tuple[str, ...] = ()
     #: The model's context window in tokens, when known (used for the context budget).
     context_window: int | None = None
+    #: Defaults for max_new_tokens / temperature / top_p; the context budget reserves max_new_tokens.
+    generation_defaults: dict = {}
 
     @abstractmethod
     def generate(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> str:
