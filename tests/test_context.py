@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tinyagent import Agent, tool
 from tinyagent.context import ContextOverflow, fit, prompt_messages
@@ -86,12 +88,46 @@ def test_fit_is_deterministic_and_chinese_markers():
 
 def test_overflow_that_cannot_be_fixed_ends_the_run_cleanly():
     model = WindowedModel(["Final Answer: never"], window=50, max_new_tokens=10)
-    result = Agent(model, tools=[page]).run("short")
+    result = Agent(model, tools=[page]).run("short question " * 30)
     assert not result.finished and result.stop_reason == "context_overflow"
     assert "context window" in result.steps[-1].error and model.calls == []
+    assert result.steps[-1].notes  # what was tried is recorded
 
 
 def test_prompt_messages_shape():
     assert prompt_messages([{"role": "user", "content": "q"}], []) == [{"role": "user", "content": "q"}]
     with pytest.raises(ContextOverflow):
         fit([{"role": "system", "content": "s" * 100}, {"role": "user", "content": "q"}], [], "", chars, 10, "en")
+
+
+def test_real_tokenizer_and_model_stay_inside_a_small_window(tmp_path):
+    from tiny_models import build_tiny_llama
+
+    from tinyagent.llm import HFChatModel
+
+    model = HFChatModel(str(build_tiny_llama(tmp_path / "m", max_position_embeddings=1000)), device="cpu",
+                        max_new_tokens=16)
+    assert model.context_window == 1000
+    agent = Agent(model, max_turns=1)
+    agent.history = [(f"Question {i}: " + "Jay Chou " * 60, "Answer " * 20) for i in range(6)]
+    result = agent.run("Which year?", history=agent.history)
+    assert result.stop_reason != "context_overflow" and result.steps[0].prompt_tokens <= 1000 - 16
+    assert any("dropped the oldest chat turn" in n for n in result.steps[0].notes)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 5000), st.integers(0, 6), st.lists(st.integers(0, 3000), max_size=4), st.integers(1, 3000),
+       st.sampled_from(["en", "zh"]))
+def test_fit_always_ends_within_budget_or_says_it_cannot(question_len, turns, observations, budget, lang):
+    from tinyagent.agent import Step
+
+    messages = [{"role": "system", "content": "s" * 50}]
+    for i in range(turns):
+        messages += [{"role": "user", "content": "u" * 100}, {"role": "assistant", "content": "a" * 50}]
+    messages.append({"role": "user", "content": "q" * question_len})
+    steps = [Step(index=i, text="Action: x", observation="o" * n) for i, n in enumerate(observations)]
+    try:
+        fit(messages, steps, "", chars, budget, lang)
+    except ContextOverflow:
+        return
+    assert chars(prompt_messages(messages, steps)) <= budget

@@ -69,6 +69,8 @@ class Agent:
 
     One `Agent` keeps one conversation (`chat`); use one instance per thread.
     `on_step(step)` is called after each step, `on_text(text)` with text as the model writes it.
+    `constrained=True` has the model decode only replies in the ReAct format for these tools
+    (`react.step_format`); the model must support it (`HFChatModel` with outlines installed).
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class Agent:
         llm_fallback: bool = False,
         distill_observations: bool = False,
         distill_threshold: int = DEFAULT_DISTILL_THRESHOLD,
+        constrained: bool = False,
         on_step: Callable[[Step], None] | None = None,
         on_text: Callable[[str], None] | None = None,
         **generate_kwargs,
@@ -102,6 +105,7 @@ class Agent:
         self.max_observation_chars = max_observation_chars
         self.distill_observations = distill_observations
         self.distill_threshold = distill_threshold
+        self.constrained = constrained
         self.on_step = on_step
         self.on_text = on_text
         self.generate_kwargs = generate_kwargs
@@ -170,7 +174,7 @@ class Agent:
             else:
                 self._force_final_answer(messages, result, lang)
         except context.ContextOverflow as e:
-            self._record(result, Step(index=len(result.steps), text="", error=str(e)))
+            self._record(result, Step(index=len(result.steps), text="", error=str(e), notes=e.notes))
             result.answer, result.finished, result.stop_reason = "", False, "context_overflow"
         result.seconds = time.perf_counter() - started
         return result
@@ -181,6 +185,8 @@ class Agent:
         notes = self._fit_context(messages, result, suffix, kwargs)
         if self.on_text is not None:
             kwargs["on_text"] = self.on_text
+        if self.constrained:  # one step over these tools, or after the turn cap only the answer's text
+            kwargs["constraint"] = react.ANSWER_FORMAT if suffix else react.step_format(self.tools.values())
         prompt = context.prompt_messages(messages, result.steps, suffix)
         t0 = time.perf_counter()
         reply = self.model.generate(prompt, stop=list(react.STOP_WORDS), **kwargs)

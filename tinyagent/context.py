@@ -18,7 +18,11 @@ _HISTORY_MARK_RE = re.compile(r"\n\n\[(?=[^\[\]]*(?:context window|上下文窗�
 
 
 class ContextOverflow(Exception):
-    """The prompt does not fit even after every allowed shortening."""
+    """The prompt does not fit even after every allowed shortening; `notes` says what was tried."""
+
+    def __init__(self, message: str, notes: list[str]):
+        super().__init__(message)
+        self.notes = notes
 
 
 def scratchpad(steps, suffix: str = "") -> str:
@@ -63,15 +67,15 @@ def fit(messages: list[dict], steps, suffix: str, count: Callable[[list[dict]], 
             notes.append(f"shortened the observation of step {longest.index + 1} to {keep} characters ({reason})")
             continue
         question = messages[-1]["content"]
-        if len(question) > MIN_QUESTION_CHARS:
-            keep = max(MIN_QUESTION_CHARS, len(question) // 2)
+        keep = len(question) // 2  # each cut at least halves what is kept, marker included, so this ends
+        if keep >= MIN_QUESTION_CHARS:
             head, tail = question[: keep // 2], question[len(question) - keep // 2:]
             messages[-1] = {**messages[-1],
                             "content": head + QUESTION_MARK[lang].format(n=len(question) - len(head) - len(tail)) + tail}
             notes.append(f"cut the middle of the question to {keep} characters ({reason})")
             continue
         raise ContextOverflow(f"the prompt needs {used} tokens but only {budget} fit in the context window "
-                              "after shortening everything that may be shortened")
+                              "after shortening everything that may be shortened", notes)
 
 
 def _strip_mark(text: str, lang: str) -> str:
