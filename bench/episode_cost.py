@@ -1,0 +1,358 @@
+"""What one ReAct episode costs the model: the original TinyAgent loop vs stop strings vs TinyAgent.
+
+Replay (the headline figures): recorded episodes (bench/episodes/*.jsonl) run through the real
+`Agent` on a `ReplayModel`, which forces each recorded reply token by token through the model's own
+`generate` (tinyagent/llm/replay.py), so every step costs what generating it costs, whatever the
+weights would have chosen. Strategies, alternating per episode on the same weights:
+  original   no stop strings, full prompt every step: the invented continuation is decoded, then cut
+  stop       stop strings, full prompt every step
+  tinyagent  stop strings and KV-cache reuse (HFChatModel's own)
+Live (--live): the same questions answered freely by the model, reporting what it really did.
+
+  python bench/episode_cost.py --quick                     # embedded SmolLM2-135M on CPU, < 2 min
+  python bench/episode_cost.py --json out.json             # all episodes
+  python bench/episode_cost.py --live                      # free generation
+  python bench/episode_cost.py --device cuda --random-internlm2-1_8b
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from make_random_internlm2 import write_checkpoint  # noqa: E402  (this script's own folder)
+from tinyagent import Agent, react  # noqa: E402
+from tinyagent.llm.base import BaseModel  # noqa: E402
+from tinyagent.llm.replay import RecordedReply, ReplayModel  # noqa: E402
+from tinyagent.tools.base import ToolError  # noqa: E402
+from tinyagent.tools.calculator import Calculator  # noqa: E402
+from tinyagent.tools.google_search import GoogleSearch, format_results  # noqa: E402
+from tinyagent.tools.local_search import LocalSearch  # noqa: E402
+
+EPISODES = Path(__file__).parent / "episodes"
+MODES = ("original", "stop", "tinyagent")
+QUICK_EPISODES = ("en-speed-of-light", "zh-speed-of-light")
+
+
+class EpisodeError(ValueError):
+    """An episode file is malformed, or replaying it did not give the recorded episode."""
+
+
+@dataclass
+class Episode:
+    id: str
+    lang: str
+    question: str
+    answer: str
+    steps: list[dict]
+
+    def replies(self) -> list[RecordedReply]:
+        return [RecordedReply(s["reply"], s.get("continuation", ""), bool(s.get("runs_on"))) for s in self.steps]
+
+    def search_pages(self) -> list[str]:
+        """The google_search observations in order: the recorded Serper responses, formatted as the tool does."""
+        return [format_results(s["serper"]) for s in self.steps if "serper" in s]
+
+
+def load_episodes(paths: list[Path]) -> list[Episode]:
+    """Episodes of JSONL files; lines with a "_comment" key document the file and are skipped."""
+    episodes = []
+    for path in paths:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                if "_comment" in record:
+                    continue
+                episode = Episode(record["id"], record["lang"], record["question"], record["answer"], record["steps"])
+                if not episode.steps or not all(isinstance(s.get("reply"), str) for s in episode.steps):
+                    raise KeyError("reply")
+            except (ValueError, KeyError, TypeError) as e:
+                raise EpisodeError(f"{path}:{number}: not an episode ({type(e).__name__}: {e})") from None
+            episodes.append(episode)
+    return episodes
+
+
+class RecordedSearch(GoogleSearch):
+    """google_search as the model sees it, answering with an episode's recorded Serper pages in order."""
+
+    def __init__(self, pages: list[str]):
+        super().__init__(api_key="recorded")
+        self.pages = list(pages)
+
+    def call(self, search_query: str) -> str:
+        if not self.pages:
+            raise ToolError("no recorded search result left for this episode")
+        return self.pages.pop(0)
+
+
+_LOCAL_SEARCH: list[LocalSearch] = []
+
+
+def episode_tools(episode: Episode) -> list:
+    """The tools every episode offers: recorded google_search, the real calculator and local_search."""
+    if not _LOCAL_SEARCH:
+        _LOCAL_SEARCH.append(LocalSearch())
+    return [RecordedSearch(episode.search_pages()), Calculator(), _LOCAL_SEARCH[0]]
+
+
+def tokenizer_texts(episodes: list[Episode]) -> list[str]:
+    """Everything the replay prompts hold, to train a tokenizer for a random checkpoint."""
+    texts = [react.build_system_prompt(episode_tools(episodes[0]), lang) for lang in ("en", "zh")]
+    for e in episodes:
+        texts += [e.question, e.answer, *e.search_pages()]
+        texts += [s["reply"] + s.get("continuation", "") for s in e.steps]
+    texts += [d.text for d in _LOCAL_SEARCH[0].corpus.documents]
+    return texts
+
+
+# --- replay ------------------------------------------------------------------------------
+
+def replay_episode(episode: Episode, mode: str, model, max_new_tokens: int) -> dict:
+    """Run the agent on the recorded episode under one strategy; the row of what it cost."""
+    if mode == "tinyagent":
+        model.reset_cache()  # each episode is a fresh run: no reuse of the previous episode's prompt
+    replay = ReplayModel(model, episode.replies(), use_stop=mode != "original", max_new_tokens=max_new_tokens)
+    agent = Agent(replay, episode_tools(episode), lang=episode.lang, max_turns=len(episode.steps))
+    started = time.perf_counter()
+    result = agent.run(episode.question)
+    wall = time.perf_counter() - started - replay.counts.overhead_seconds
+    errors = [f"step {s.index + 1}: {s.error}" for s in result.steps if s.error]
+    if errors or result.answer != episode.answer or len(result.steps) != len(episode.steps):
+        raise EpisodeError(f"episode {episode.id} ({mode}) did not replay as recorded: "
+                           f"{'; '.join(errors) or f'answer {result.answer!r} after {len(result.steps)} steps'}")
+    c = replay.counts
+    return {"episode": episode.id, "lang": episode.lang, "mode": mode, "steps": len(result.steps),
+            "forward_passes": c.forward_passes, "prefilled_tokens": c.prefilled, "reused_tokens": c.reused,
+            "decoded_tokens": c.decoded, "decoded_discarded": c.discarded, "tokens_processed": c.tokens_processed,
+            "lower_bound_tokens": replay.last_prompt_tokens + replay.last_reply_tokens,
+            "wall_seconds": round(wall, 3), "decode_passes": c.decode_passes,
+            "decode_seconds": round(c.decode_seconds, 3)}
+
+
+def strategy_models(model) -> dict:
+    """One wrapper per strategy around the same weights: only cache reuse differs (stop strings are the replay's)."""
+    make = type(model).from_model
+    return {mode: make(model.model, model.tokenizer, reuse_cache=mode == "tinyagent") for mode in MODES}
+
+
+def run_replay(model, episodes: list[Episode], max_new_tokens: int) -> list[dict]:
+    models = strategy_models(model)
+    models["tinyagent"].generate([{"role": "user", "content": "Hi"}], max_new_tokens=4)  # warm-up
+    rows = []
+    for episode in episodes:
+        for mode in MODES:  # alternating, so machine noise hits every strategy alike
+            rows.append(replay_episode(episode, mode, models[mode], max_new_tokens))
+            print(f"  {episode.id:20} {mode:10} {rows[-1]['wall_seconds']:7.2f} s", file=sys.stderr)
+    return rows
+
+
+SUMMED = ("forward_passes", "prefilled_tokens", "decoded_tokens", "decoded_discarded", "tokens_processed",
+          "lower_bound_tokens", "wall_seconds", "decode_passes", "decode_seconds")
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Sums per mode, and medians of per-episode ratios."""
+    modes = {m: {k: round(sum(r[k] for r in rows if r["mode"] == m), 3) for k in SUMMED}
+             for m in MODES if any(r["mode"] == m for r in rows)}
+    by = {(r["episode"], r["mode"]): r for r in rows}
+    ids = list(dict.fromkeys(r["episode"] for r in rows))
+
+    def median_ratio(a: str, b: str, key: str) -> float:
+        return round(statistics.median(by[i, a][key] / by[i, b][key] for i in ids), 3)
+
+    medians = {"wall_original_over_tinyagent": median_ratio("original", "tinyagent", "wall_seconds"),
+               "wall_stop_over_tinyagent": median_ratio("stop", "tinyagent", "wall_seconds"),
+               "tinyagent_processed_over_lower_bound": round(
+                   modes["tinyagent"]["tokens_processed"] / modes["tinyagent"]["lower_bound_tokens"], 3)}
+    return {"modes": modes, "medians": medians}
+
+
+def print_replay(rows: list[dict], summary: dict) -> None:
+    head = (f"{'episode':20} {'mode':10} {'passes':>6} {'prefill':>7} {'decoded':>7} {'discard':>7} "
+            f"{'processed':>9} {'bound':>6} {'x bound':>7} {'wall s':>7}")
+    print(head + "\n" + "-" * len(head))
+    for r in rows + [{"episode": "TOTAL", "mode": m, **s} for m, s in summary["modes"].items()]:
+        print(f"{r['episode']:20} {r['mode']:10} {r['forward_passes']:6} {r['prefilled_tokens']:7} "
+              f"{r['decoded_tokens']:7} {r['decoded_discarded']:7} {r['tokens_processed']:9} "
+              f"{r['lower_bound_tokens']:6} {r['tokens_processed'] / r['lower_bound_tokens']:7.2f} "
+              f"{r['wall_seconds']:7.2f}")
+    m = summary["medians"]
+    print(f"\ntinyagent tokens processed / lower bound: {m['tinyagent_processed_over_lower_bound']:.3f} "
+          f"(target <= 1.05: {'met' if m['tinyagent_processed_over_lower_bound'] <= 1.05 else 'NOT met'})")
+    print(f"median wall original / tinyagent: {m['wall_original_over_tinyagent']:.2f}x "
+          f"(target >= 2: {'met' if m['wall_original_over_tinyagent'] >= 2 else 'NOT met'})")
+    print(f"median wall stop / tinyagent: {m['wall_stop_over_tinyagent']:.2f}x "
+          f"(target > 1: {'met' if m['wall_stop_over_tinyagent'] > 1 else 'NOT met'})")
+
+
+# --- live ---------------------------------------------------------------------------------
+
+class WithoutStop(BaseModel):
+    """The original TinyAgent loop's model call: the agent's stop strings are dropped."""
+
+    def __init__(self, model):
+        self.model, self.control_tokens = model, model.control_tokens
+
+    def generate(self, messages, stop=None, **kwargs):
+        return self.model.generate(messages, stop=None, **kwargs)
+
+
+def run_live(model, episodes: list[Episode], max_new_tokens: int, constrained: bool) -> list[dict]:
+    """The episodes' questions answered freely: what the model really did under each strategy."""
+    variants = {"tinyagent": ({}, "tinyagent"), "original": ({}, "original")}
+    if constrained:
+        if "constrained" not in inspect.signature(Agent).parameters:
+            raise SystemExit("--constrained: this TinyAgent has no Agent(constrained=True) yet")
+        variants["constrained"] = ({"constrained": True}, "tinyagent")
+    models = strategy_models(model)
+    rows = []
+    for episode in episodes:
+        for variant, (extra, mode) in variants.items():
+            models[mode].reset_cache()
+            llm = WithoutStop(models[mode]) if variant == "original" else models[mode]
+            agent = Agent(llm, episode_tools(episode), lang=episode.lang, max_new_tokens=max_new_tokens, **extra)
+            result = agent.run(episode.question)
+            rows.append({"episode": episode.id, "variant": variant, "steps": len(result.steps),
+                         "tool_calls": sum(1 for s in result.steps if s.action and not s.error),
+                         "format_errors": sum(1 for s in result.steps if s.error),
+                         "stop_reason": result.stop_reason, "answer": result.answer,
+                         "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
+                         "seconds": round(result.seconds, 2)})
+            print(f"  live {episode.id:20} {variant:11} {result.seconds:7.2f} s", file=sys.stderr)
+    return rows
+
+
+def print_live(rows: list[dict]) -> None:
+    head = (f"{'episode':20} {'variant':11} {'steps':>5} {'tools':>5} {'errors':>6} {'stop reason':12} "
+            f"{'prompt':>7} {'decoded':>7} {'seconds':>7}  answer")
+    print("\nLive\n" + head + "\n" + "-" * len(head))
+    for r in rows:
+        answer = " ".join(r["answer"].split())
+        print(f"{r['episode']:20} {r['variant']:11} {r['steps']:5} {r['tool_calls']:5} {r['format_errors']:6} "
+              f"{r['stop_reason']:12} {r['prompt_tokens'] or 0:7} {r['completion_tokens'] or 0:7} "
+              f"{r['seconds']:7.2f}  {answer[:50]!r}")
+
+
+# --- model and device ----------------------------------------------------------------------
+
+def copy_bandwidth(device) -> float:
+    """Bytes per second the device moves in a large copy (read + write), a practical bandwidth ceiling."""
+    import torch
+
+    n = (256 if device.type == "cuda" else 64) * 2**20
+    src, dst = torch.empty(n, dtype=torch.uint8, device=device), torch.empty(n, dtype=torch.uint8, device=device)
+    dst.copy_(src)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
+    started = time.perf_counter()
+    for _ in range(10):
+        dst.copy_(src)
+    sync()
+    return 2 * n * 10 / (time.perf_counter() - started)
+
+
+def decode_report(model, rows: list[dict], spec_gbs: float | None) -> dict:
+    """TinyAgent's decode tokens/s next to the memory-bandwidth bound (weight bytes read per token)."""
+    config = model.model.config
+    weights = sum(p.numel() * p.element_size() for name, p in model.model.named_parameters()
+                  if "embed_tokens" not in name or config.tie_word_embeddings)  # one embedding row is read
+    bandwidth = spec_gbs * 1e9 if spec_gbs else copy_bandwidth(model.model.device)
+    tiny = [r for r in rows if r["mode"] == "tinyagent"]
+    seconds = sum(r["decode_seconds"] for r in tiny)
+    return {"device": str(model.model.device), "weight_bytes_per_token": weights,
+            "bandwidth_gb_s": round(bandwidth / 1e9, 1), "bandwidth_source": "spec" if spec_gbs else "measured copy",
+            "bound_tokens_per_s": round(bandwidth / weights, 1),
+            "decode_tokens_per_s": round(sum(r["decode_passes"] for r in tiny) / seconds, 1) if seconds else None}
+
+
+def load_model(args, episodes: list[Episode], workdir: str):
+    """(model, description) as the command line asks."""
+    if args.random_internlm2:
+        from tinyagent.llm.internlm2 import InternLM2Chat
+
+        folder = Path(args.checkpoint_dir or workdir) / f"internlm2-{args.random_internlm2}"
+        if not (folder / "config.json").is_file():
+            print(f"writing a random InternLM2 checkpoint ({args.random_internlm2}) to {folder}", file=sys.stderr)
+            write_checkpoint(folder, args.random_internlm2, tokenizer_texts(episodes))
+        return InternLM2Chat(str(folder), device=args.device, dtype=args.dtype), f"random InternLM2 {args.random_internlm2}"
+    if args.model:
+        from tinyagent.llm.hf import HFChatModel
+
+        return HFChatModel(args.model, device=args.device, dtype=args.dtype, gguf_file=args.gguf_file), args.model
+    from tinyagent.llm import default_model
+
+    return default_model(device=args.device), "SmolLM2-135M-Instruct Q4_1 (embedded)"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--episodes", nargs="+", type=Path, default=sorted(EPISODES.glob("*.jsonl")))
+    parser.add_argument("--only", action="append", help="episode id to run (repeatable)")
+    parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK_EPISODES)}")
+    parser.add_argument("--model", help="a Hugging Face chat model folder or hub id (default: embedded SmolLM2)")
+    parser.add_argument("--gguf-file")
+    shapes = parser.add_mutually_exclusive_group()
+    shapes.add_argument("--random-internlm2-1_8b", dest="random_internlm2", action="store_const", const="1_8b",
+                        help="a random checkpoint with internlm2-chat-1_8b's shapes, loaded by InternLM2Chat")
+    shapes.add_argument("--random-internlm2-tiny", dest="random_internlm2", action="store_const", const="tiny",
+                        help="the same layout scaled down, for CPU checks")
+    parser.add_argument("--checkpoint-dir", help="keep the random checkpoint here (default: a temporary folder)")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--threads", type=int, help="torch CPU threads")
+    parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--live", action="store_true", help="also answer the questions freely")
+    parser.add_argument("--constrained", action="store_true", help="live: add Agent(constrained=True)")
+    parser.add_argument("--no-replay", action="store_true", help="live only")
+    parser.add_argument("--bandwidth-gbs", type=float, help="the device's memory bandwidth (default: measured copy)")
+    parser.add_argument("--json", type=Path, help="write the figures to this file")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    episodes = load_episodes(args.episodes)
+    chosen = set(args.only or (QUICK_EPISODES if args.quick else [e.id for e in episodes]))
+    run = [e for e in episodes if e.id in chosen]
+    if not run:
+        raise SystemExit(f"no episode matches {sorted(chosen)}")
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="episode-cost-") as workdir:
+        model, description = load_model(args, episodes, workdir)
+        print(f"{description} on {model.model.device} ({torch.get_num_threads()} CPU threads), loaded in "
+              f"{time.perf_counter() - started:.1f} s; max_new_tokens {args.max_new_tokens}", file=sys.stderr)
+        report: dict = {"command": " ".join(["python", "bench/episode_cost.py", *(argv or sys.argv[1:])]),
+                        "model": description, "device": str(model.model.device),
+                        "cpu_threads": torch.get_num_threads(), "max_new_tokens": args.max_new_tokens}
+        if not args.no_replay:
+            rows = run_replay(model, run, args.max_new_tokens)
+            report.update(summarize(rows), episodes=rows, decode=decode_report(model, rows, args.bandwidth_gbs))
+            print_replay(rows, report)
+            d = report["decode"]
+            print(f"tinyagent decode: {d['decode_tokens_per_s']} tokens/s; bandwidth bound {d['bound_tokens_per_s']} "
+                  f"tokens/s ({d['weight_bytes_per_token'] / 1e9:.3f} GB of weights per token at "
+                  f"{d['bandwidth_gb_s']} GB/s, {d['bandwidth_source']})")
+        if args.live:
+            report["live"] = run_live(model, run, args.max_new_tokens, args.constrained)
+            print_live(report["live"])
+    report["total_seconds"] = round(time.perf_counter() - started, 1)
+    print(f"\ntotal {report['total_seconds']} s", file=sys.stderr)
+    if args.json:
+        args.json.write_text(json.dumps(report, ensure_ascii=False, indent=1))
+
+
+if __name__ == "__main__":
+    main()
