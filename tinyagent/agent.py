@@ -185,8 +185,9 @@ class Agent:
         notes = self._fit_context(messages, result, suffix, kwargs)
         if self.on_text is not None:
             kwargs["on_text"] = self.on_text
-        if self.constrained:  # one step over these tools, or after the turn cap only the answer's text
-            kwargs["constraint"] = react.ANSWER_FORMAT if suffix else react.step_format(self.tools.values())
+        if self.constrained:  # a step over these tools (the first one calls a tool); after the cap, the answer
+            kwargs["constraint"] = (react.ANSWER_FORMAT if suffix else
+                                    react.step_format(self.tools.values(), final_answer=bool(result.steps)))
         prompt = context.prompt_messages(messages, result.steps, suffix)
         t0 = time.perf_counter()
         reply = self.model.generate(prompt, stop=list(react.STOP_WORDS), **kwargs)

@@ -61,6 +61,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-turns", type=int, metavar="N", help="tool calls before a forced answer")
     g.add_argument("--tools", metavar="LIST", help=f"comma-separated, from: {','.join(configuration.TOOL_NAMES)}")
     g.add_argument("--corpus", metavar="FILE", help="JSONL corpus for local_search")
+    g.add_argument("--constrained", action=argparse.BooleanOptionalAction, help="decode only valid ReAct "
+                   "steps (needs outlines; default: on for the embedded model)")
     g.add_argument("--max-new-tokens", type=int, metavar="N")
     g.add_argument("--temperature", type=float)
     g.add_argument("--top-p", type=float)
@@ -73,6 +75,7 @@ def config_from_args(args: argparse.Namespace) -> configuration.Config:
     overrides = {
         "model.gguf_file": args.gguf_file, "model.device": args.device, "model.dtype": args.dtype,
         "agent.lang": args.lang, "agent.max_turns": args.max_turns, "agent.corpus": args.corpus,
+        "agent.constrained": args.constrained,
         "agent.tools": None if tools is None else [t.strip() for t in tools.split(",") if t.strip()],
         "generation.max_new_tokens": args.max_new_tokens, "generation.temperature": args.temperature,
         "generation.top_p": args.top_p,

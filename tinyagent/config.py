@@ -71,6 +71,7 @@ class AgentConfig:
     max_observation_chars: int | None = 4000
     llm_fallback: bool = False           # offer the model itself as a tool when no tool fits
     distill_observations: bool = False   # have the model shorten long observations
+    constrained: bool | None = None      # decode only valid ReAct steps; null: on for the embedded model
 
     def agent_kwargs(self) -> dict:
         """The settings `Agent(...)` takes, under its own keyword names."""
@@ -111,6 +112,8 @@ def load_config(path: str | os.PathLike | None = None, overrides: dict | None = 
     cfg = Config(source=source)
     for name, cls in SECTIONS.items():
         setattr(cfg, name, _build_section(cls, name, values[name], origin))
+    if cfg.agent.constrained is None:  # the embedded model follows the ReAct format only when constrained
+        cfg.agent.constrained = cfg.model.backend == "embedded"
     _check_values(cfg, lambda key: origin.get(key, source or ""))
     return cfg
 
@@ -295,6 +298,10 @@ def build_model(cfg: Config):
     from . import llm
 
     m, gen = cfg.model, cfg.generation_kwargs()
+    if cfg.agent.constrained and m.backend != "openai":  # fail before a slow load, not at the first step
+        from .llm.constrained import require_outlines
+
+        require_outlines()
     if m.trust_remote_code:
         log.warning("trust_remote_code is on for %s: Python code from that model repository will run on "
                     "this machine with your permissions. Use it only for repositories you trust.", m.path)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import json5
 
@@ -125,6 +127,63 @@ def format_example(example: dict) -> str:
 def format_observation(observation: str) -> str:
     """The scratchpad text that follows a tool call."""
     return f"\nObservation: {observation.strip()}\n"
+
+
+# --- constrained decoding: one reply as a pattern ----------------------------------------
+
+#: One line of free text (a thought, an answer) that does not start with a space.
+FREE_TEXT = r"[^ \n][^\n]*"
+#: Each line of a constrained reply gets at most this many tokens; then the decoder ends the line.
+MAX_LINE_TOKENS = 64
+_REGEX_META = set("\\.+*?()|[]{}^$#&-~")
+
+
+@dataclass(frozen=True)
+class StepFormat:
+    """What one constrained reply may be, as data; `step_pattern` turns it into a regex.
+
+    `tools` holds (name_for_model, the JSON schema of its arguments as JSON text) pairs. Without
+    `final_answer` the step must call one of them. With `answer_only` the reply is only the text
+    after a forced `Final Answer:`. `max_line_tokens` caps each line, so a model cannot write one
+    thought forever.
+    """
+
+    tools: tuple[tuple[str, str], ...] = ()
+    final_answer: bool = True
+    answer_only: bool = False
+    max_line_tokens: int = MAX_LINE_TOKENS
+
+
+#: The reply after the turn cap's `Final Answer:` (FORCE_FINAL): one line of answer text.
+ANSWER_FORMAT = StepFormat(answer_only=True)
+
+
+def step_format(tools, final_answer: bool = True) -> StepFormat:
+    """One ReAct step over `tools`: a thought, then a call of one of them with valid arguments, or
+    (when `final_answer`, or when there are no tools) the final answer."""
+    described = tuple((t.name_for_model, json.dumps(t.json_schema(), ensure_ascii=False)) for t in tools)
+    return StepFormat(tools=described, final_answer=final_answer or not described)
+
+
+def step_pattern(fmt: StepFormat, arguments_pattern: Callable[[str], str]) -> str:
+    """The regular expression of one reply in `fmt`.
+
+    A step is `Thought: <text>` and a newline, then either `Action: <tool>`, a newline and
+    `Action Input: <arguments>`, or `Final Answer: <text>`. `arguments_pattern(schema_json)` is the
+    regex of a JSON object valid for a tool's schema; it comes from a constrained-decoding library.
+    """
+    if fmt.answer_only:
+        return " ?" + FREE_TEXT
+    endings = [f"Action: {escape_pattern(name)}\\nAction Input: {arguments_pattern(schema)}"
+               for name, schema in fmt.tools]
+    if fmt.final_answer:
+        endings.append("Final Answer: " + FREE_TEXT)
+    return f"Thought: {FREE_TEXT}\\n(?:{'|'.join(endings)})"
+
+
+def escape_pattern(text: str) -> str:
+    """`text` as a literal in a regex that both Python and Rust (outlines-core) regex engines read."""
+    return "".join("\\" + c if c in _REGEX_META else c for c in text)
 
 
 # --- parsing -----------------------------------------------------------------------------

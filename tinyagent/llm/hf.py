@@ -173,13 +173,24 @@ class HFChatModel(BaseModel):
 
     def generate(self, messages: list[Message], stop: list[str] | None = None, *,
                  max_new_tokens: int | None = None, temperature: float | None = None, top_p: float | None = None,
-                 on_text: TextCallback | None = None, logits_processor: list | None = None, **ignored) -> Completion:
-        """Continue `messages`; returns the new text (before the first stop string) with usage counts."""
+                 on_text: TextCallback | None = None, logits_processor: list | None = None, constraint=None,
+                 **ignored) -> Completion:
+        """Continue `messages`; returns the new text (before the first stop string) with usage counts.
+
+        `constraint` (a `react.StepFormat`) keeps the reply in that format (needs outlines, see
+        `llm.constrained`); the compiled automaton is cached, its per-call state is not.
+        """
         for key in ignored.keys() - self._warned:
             self._warned.add(key)
             log.warning("%s ignores the generate option %r", type(self).__name__, key)
         stop = [s for s in stop or () if s]
         config = self._generation_config(stop, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+        if constraint is not None:
+            from .constrained import step_processor
+
+            logits_processor = [*(logits_processor or []), step_processor(
+                self.tokenizer, constraint, end_ids=self.end_token_ids, max_new_tokens=config.max_new_tokens,
+                stop=stop)]
         with self._lock:
             ids = self.encode_prompt(self.render_prompt(messages))
             holdback = StopHoldback(on_text, stop) if on_text else None

@@ -9,6 +9,11 @@ of two ways, chosen by `scratchpad`:
   and LMDeploy ignores them and starts a new turn, so use "fold" there.
 - "fold": the scratchpad is appended to the last user message with an instruction to continue it;
   no assistant message is sent. Works with every OpenAI-compatible server.
+
+A `constraint` (the agent's `constrained=True`) is sent as a regex for servers with regex-guided
+decoding, chosen by `guided_decoding`: "structured_outputs" (vLLM 0.12 and later) or "guided_regex"
+(older vLLM). `response_format` is not used: a ReAct step is text around a JSON object, not JSON.
+Without `guided_decoding` the reply is not constrained, and a warning says so.
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ from .streaming import StopHoldback
 log = logging.getLogger(__name__)
 
 SCRATCHPAD_MODES = ("continue", "fold")
+GUIDED_DECODING_FIELDS = ("structured_outputs", "guided_regex")
 GENERATION_KEYS = ("max_new_tokens", "temperature", "top_p")
 #: OpenAI's own API accepts at most 4 stop strings; any further ones are applied here only.
 MAX_SERVER_STOPS = 4
@@ -59,10 +65,14 @@ class OpenAIChatModel(BaseModel):
         max_retries: int = 2,
         scratchpad: str = "continue",
         backoff: float = 0.5,
+        guided_decoding: str | None = None,
         **generation_defaults,
     ):
         if scratchpad not in SCRATCHPAD_MODES:
             raise ValueError(f"scratchpad must be one of {SCRATCHPAD_MODES}, not {scratchpad!r}")
+        if guided_decoding not in (None, *GUIDED_DECODING_FIELDS):
+            raise ValueError(f"guided_decoding must be None or one of {GUIDED_DECODING_FIELDS}, "
+                             f"not {guided_decoding!r}")
         unknown = sorted(set(generation_defaults) - set(GENERATION_KEYS))
         if unknown:
             raise TypeError(f"unknown generation settings {unknown}; expected some of {list(GENERATION_KEYS)}")
@@ -74,6 +84,8 @@ class OpenAIChatModel(BaseModel):
         self.scratchpad = scratchpad
         self.backoff = float(backoff)
         self.generation_defaults = dict(generation_defaults)
+        self.guided_decoding = guided_decoding
+        self._warned_unconstrained = False
         self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY") or None
         register_secret(self._api_key)
         self._local = threading.local()
@@ -137,7 +149,26 @@ class OpenAIChatModel(BaseModel):
         for key in ("temperature", "top_p"):
             if settings.get(key) is not None:
                 payload[key] = float(settings[key])
+        if kwargs.get("constraint") is not None:
+            self._add_constraint(payload, kwargs["constraint"])
         return payload
+
+    def _add_constraint(self, payload: dict, constraint) -> None:
+        """Send the reply format as a regex in the field the server reads, or warn (once) that it is not sent."""
+        if self.guided_decoding is None:
+            if not self._warned_unconstrained:
+                self._warned_unconstrained = True
+                log.warning("%s: replies are not constrained: set guided_decoding='structured_outputs' "
+                            "(vLLM >= 0.12) or 'guided_regex' (older vLLM) for a server with regex-guided "
+                            "decoding", self.base_url)
+            return
+        from .constrained import pattern_of
+
+        regex = pattern_of(constraint)
+        if self.guided_decoding == "structured_outputs":
+            payload["structured_outputs"] = {"regex": regex}
+        else:
+            payload["guided_regex"] = regex
 
     # --- HTTP --------------------------------------------------------------------------------
 
@@ -161,22 +192,26 @@ class OpenAIChatModel(BaseModel):
         except RequestFailed as e:
             raise RequestFailed(redact(str(e)), status=e.status, retryable=e.retryable) from None
         if response.status_code >= 400:
-            message = self._http_error(response, continued="continue_final_message" in payload)
+            message = self._http_error(response, payload)
             response.close()
             raise RequestFailed(message, status=response.status_code)
         return response
 
-    def _http_error(self, response: requests.Response, continued: bool) -> str:
-        """A one-line message for a 4xx answer, with a hint when the continue fields were refused."""
+    def _http_error(self, response: requests.Response, payload: dict) -> str:
+        """A one-line message for a 4xx answer, with a hint when an optional field may have been refused."""
         try:
             body = response.json()
         except ValueError:
             body = response.text
         detail = _error_detail(body)
         message = f"{self.url} answered HTTP {response.status_code}: {detail}"
-        if continued and response.status_code in (400, 422):
+        if "continue_final_message" in payload and response.status_code in (400, 422):
             message += (" (this server may not support continuing an assistant message with "
                         "continue_final_message; set scratchpad='fold')")
+        guided = [f for f in GUIDED_DECODING_FIELDS if f in payload]
+        if guided and response.status_code in (400, 422):
+            message += (f" (this server may not support regex-guided decoding through {guided[0]}; "
+                        "try the other guided_decoding field, or None for unconstrained replies)")
         return redact(message)
 
     def _read_body(self, response: requests.Response) -> tuple[str, dict]:
