@@ -185,9 +185,8 @@ class Agent:
         notes = self._fit_context(messages, result, suffix, kwargs)
         if self.on_text is not None:
             kwargs["on_text"] = self.on_text
-        if self.constrained:  # a step over these tools (the first one calls a tool); after the cap, the answer
-            kwargs["constraint"] = (react.ANSWER_FORMAT if suffix else
-                                    react.step_format(self.tools.values(), final_answer=bool(result.steps)))
+        if self.constrained:  # only replies in the ReAct format (react.next_step_format says which)
+            kwargs["constraint"] = react.next_step_format(self.tools.values(), result.steps, forced=bool(suffix))
         prompt = context.prompt_messages(messages, result.steps, suffix)
         t0 = time.perf_counter()
         reply = self.model.generate(prompt, stop=list(react.STOP_WORDS), **kwargs)

@@ -165,6 +165,20 @@ def step_format(tools, final_answer: bool = True) -> StepFormat:
     return StepFormat(tools=described, final_answer=final_answer or not described)
 
 
+def next_step_format(tools, steps, forced: bool = False) -> StepFormat:
+    """What the next reply of a constrained run may be, given the run's steps so far.
+
+    After the turn cap (`forced`) only the answer's text. The first step calls a tool: a small model
+    that answers unaided is guessing. After a repeated call the step gives the final answer: the
+    model is stuck, and more turns would repeat the call. Otherwise a tool call or the answer.
+    """
+    if forced:
+        return ANSWER_FORMAT
+    if steps and steps[-1].error == "repeated call":
+        return step_format([])
+    return step_format(tools, final_answer=bool(steps))
+
+
 def step_pattern(fmt: StepFormat, arguments_pattern: Callable[[str], str]) -> str:
     """The regular expression of one reply in `fmt`.
 
