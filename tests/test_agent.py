@@ -338,3 +338,19 @@ def test_examples_per_language(scripted):
     zh, en = agent.build_system_input("zh"), agent.build_system_input("en")
     assert "Question: " in zh and "Question: " in en
     assert zh.split("Question: ")[-1] != en.split("Question: ")[-1]
+
+
+def test_every_step_says_what_kind_of_reply_it_was(scripted):
+    @tool
+    def fail(x: str) -> str:
+        """Fails."""
+        raise RuntimeError("no")
+
+    model = scripted(['Action: calculator\nAction Input: {"expression": "1+1"}', "Action: nope\nAction Input: {}",
+                      "Action: calculator\nAction Input: 1+1", 'Action: calculator\nAction Input: {"expression": "1+1"}',
+                      'Action: fail\nAction Input: {"x": "a"}', "", "just text"])
+    result = Agent(model, tools=[Calculator(), fail], max_turns=7).run("?")
+    assert [s.kind for s in result.steps] == ["action", "unknown_tool", "bad_input", "repeated_call", "tool_error",
+                                              "empty", "no_action"]
+    forced = Agent(scripted([CALL_2_10, " 1024"]), tools=[Calculator()], max_turns=1).run("?")
+    assert [s.kind for s in forced.steps] == ["action", "forced_answer"]

@@ -20,12 +20,21 @@ DEFAULT_DISTILL_THRESHOLD = 1500
 TRUNCATION_MARKER = {"en": "\n[... {n} more characters cut ...]", "zh": "\n[……已截去 {n} 个字符……]"}
 
 
+#: Step kinds. Well-formed replies: final_answer, action (the tool ran), tool_error (it ran and
+#: failed), repeated_call, forced_answer. Format errors: no_action (text without Action or Final
+#: Answer, taken as the answer), unknown_tool, bad_input, empty, no_forced_answer.
+#: context_overflow: no reply, the prompt could not fit.
+STEP_KINDS = ("final_answer", "action", "tool_error", "repeated_call", "forced_answer", "no_action",
+              "unknown_tool", "bad_input", "empty", "no_forced_answer", "context_overflow")
+
+
 @dataclass
 class Step:
     """One model reply and what the agent did with it."""
 
     index: int
     text: str                       # the reply as it enters the scratchpad
+    kind: str = ""                  # what the reply was; one of STEP_KINDS
     thought: str = ""
     action: str | None = None       # tool name the model asked for
     action_input: str | None = None  # the raw text after `Action Input:`
@@ -174,7 +183,8 @@ class Agent:
             else:
                 self._force_final_answer(messages, result, lang)
         except context.ContextOverflow as e:
-            self._record(result, Step(index=len(result.steps), text="", error=str(e), notes=e.notes))
+            self._record(result, Step(index=len(result.steps), text="", kind="context_overflow", error=str(e),
+                                      notes=e.notes))
             result.answer, result.finished, result.stop_reason = "", False, "context_overflow"
         result.seconds = time.perf_counter() - started
         return result
@@ -219,9 +229,9 @@ class Agent:
         if final is not None or reply.strip():
             step.final_answer = final if final is not None else step.thought
             result.answer, result.finished = step.final_answer, True
-            result.stop_reason = "final_answer" if final is not None else "no_action"
+            result.stop_reason = step.kind = "final_answer" if final is not None else "no_action"
             return step
-        step.error = "empty reply"
+        step.kind, step.error = "empty", "empty reply"
         step.observation = ("Error: your reply was empty. Continue with Thought / Action / Action Input, "
                             "or give the Final Answer.")
         return step
@@ -230,28 +240,30 @@ class Agent:
         tool = self.tools.get(step.action)
         if tool is None:
             valid = ", ".join(self.tools) or "none"
-            return _failed(step, f"unknown tool {step.action!r}. Valid tools: {valid}.")
+            return _failed(step, "unknown_tool", f"unknown tool {step.action!r}. Valid tools: {valid}.")
         try:
             step.arguments = tool.validate(react.parse_action_input(step.action_input or ""))
         except (react.ActionInputError, ToolError) as e:
-            return _failed(step, f"bad Action Input for {tool.name_for_model}: {e}. "
+            return _failed(step, "bad_input", f"bad Action Input for {tool.name_for_model}: {e}. "
                                  f"Parameters: {json.dumps(tool.parameters_for(lang), ensure_ascii=False)}")
         repeat = None if tool.repeatable else _same_call(step, result.steps)
         if repeat is not None:
-            step.error = "repeated call"
+            step.kind, step.error = "repeated_call", "repeated call"
             step.observation = (
                 f"You already called {step.action} with these arguments in step {repeat.index + 1}; "
                 f"its result is above. Do not repeat it: use that result, try other arguments or "
                 f"another tool, or give the Final Answer.")
             return step
         t0 = time.perf_counter()
+        step.kind = "action"
         try:
             raw = str(tool(**step.arguments))
         except ToolError as e:
-            raw, step.error = f"Error: {e}", redact(str(e))
+            raw, step.error, step.kind = f"Error: {e}", redact(str(e)), "tool_error"
         except Exception as e:  # a tool bug must not end the run; the model can try something else
             log.warning("tool %s raised", step.action, exc_info=True)
-            raw, step.error = f"Error: {step.action} failed: {type(e).__name__}: {e}", redact(f"{type(e).__name__}: {e}")
+            raw = f"Error: {step.action} failed: {type(e).__name__}: {e}"
+            step.error, step.kind = redact(f"{type(e).__name__}: {e}"), "tool_error"
         step.tool_seconds = time.perf_counter() - t0
         step.observation = self._observation_text(redact(raw), lang, step.thought, result)
         if step.observation != raw:
@@ -284,6 +296,7 @@ class Agent:
         reply, usage, seconds, notes = self._generate(messages, result, suffix=react.FORCE_FINAL[lang])
         answer = react.parse_forced_answer(reply)
         step = Step(index=len(result.steps), text=reply.rstrip(), final_answer=answer or None,
+                    kind="forced_answer" if answer else "no_forced_answer",
                     prompt_tokens=usage["prompt_tokens"], completion_tokens=usage["completion_tokens"],
                     cached_tokens=usage["cached_tokens"], model_seconds=seconds, notes=notes,
                     error=None if answer else "no final answer at the turn cap")
@@ -296,8 +309,8 @@ class Agent:
             self.on_step(step)
 
 
-def _failed(step: Step, message: str) -> Step:
-    step.error = message
+def _failed(step: Step, kind: str, message: str) -> Step:
+    step.kind, step.error = kind, message
     step.observation = f"Error: {message}"
     return step
 
@@ -306,7 +319,7 @@ def _same_call(step: Step, previous: list[Step]) -> Step | None:
     """An earlier step that ran the same tool with the same arguments."""
     key = json.dumps(step.arguments, sort_keys=True, ensure_ascii=False)
     for earlier in previous:
-        if (earlier.action == step.action and earlier.arguments is not None and earlier.error != "repeated call"
+        if (earlier.action == step.action and earlier.arguments is not None and earlier.kind != "repeated_call"
                 and json.dumps(earlier.arguments, sort_keys=True, ensure_ascii=False) == key):
             return earlier
     return None

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .agent import Agent, AgentResult
-from .scoring import VALID_KINDS, SuiteError, SuiteItem, load_suite, reply_kind, score, tool_error
+from .scoring import FORMAT_ERROR_KINDS, SuiteError, SuiteItem, load_suite, reply_kind, score, tool_error
 from .trace import redact, to_jsonable
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ def score_run(item: SuiteItem, result: AgentResult | None, seconds: float, error
     steps = result.steps if result is not None else []
     kinds = [reply_kind(s, result) for s in steps]
     format_errors = [{"step": s.index, "kind": k, "error": s.error}
-                     for s, k in zip(steps, kinds) if k not in VALID_KINDS]
+                     for s, k in zip(steps, kinds) if k in FORMAT_ERROR_KINDS]
     tool_errors = [{"step": s.index, "tool": s.action, "error": tool_error(s)} for s in steps if tool_error(s)]
     prediction = result.answer if result is not None else None
     record = {
@@ -45,7 +45,7 @@ def score_run(item: SuiteItem, result: AgentResult | None, seconds: float, error
         "format_valid": error is None and bool(steps) and not format_errors,
         "steps": len(steps), "valid_replies": len(steps) - len(format_errors),
         "format_errors": format_errors, "tool_errors": tool_errors,
-        "repeated_calls": sum(1 for s in steps if s.error == "repeated call"),
+        "repeated_calls": sum(1 for s in steps if s.kind == "repeated_call"),
         "stop_reason": result.stop_reason if result is not None else None,
         "prompt_tokens": result.prompt_tokens if result is not None else None,
         "completion_tokens": result.completion_tokens if result is not None else None,

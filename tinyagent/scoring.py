@@ -117,33 +117,18 @@ def is_valid_gold(gold) -> bool:
 # --- format validity of model replies ------------------------------------------------------------
 
 #: Reply kinds that followed the ReAct format, and those that did not.
-VALID_KINDS = ("final_answer", "action", "forced_answer")
+VALID_KINDS = ("final_answer", "action", "tool_error", "repeated_call", "forced_answer")
 FORMAT_ERROR_KINDS = ("no_action", "unknown_tool", "bad_input", "empty", "no_forced_answer")
 
 
-def reply_kind(step: Step, result: AgentResult) -> str:
-    """Classify one model reply (a Step) for format accounting.
+def reply_kind(step: Step, result: AgentResult | None = None) -> str:
+    """Classify one model reply for format accounting: the Step's own `kind` (see agent.STEP_KINDS).
 
-    Format-valid kinds: "final_answer" (a `Final Answer:` was written), "action" (a known tool
-    whose Action Input parsed and validated, whatever the tool then did; a repeated call is
-    still a well-formed reply), "forced_answer" (a non-empty answer after the turn cap's
-    `Final Answer:` prompt). Format errors: "no_action" (neither Action nor Final Answer; the
-    loop took the text as the answer), "unknown_tool", "bad_input" (Action Input not a JSON
-    object or not fitting the tool's parameters), "empty" (an empty reply), and
-    "no_forced_answer" (nothing after the turn cap's prompt).
+    Format-valid: a final answer, a call of a known tool whose input parsed and validated (whatever
+    the tool then did; a repeated call is still well formed), a non-empty forced answer at the cap.
+    Format errors: no_action, unknown_tool, bad_input, empty, no_forced_answer.
     """
-    last = bool(result.steps) and step is result.steps[-1]
-    if step.action is not None:
-        if step.arguments is not None:
-            return "action"
-        return "unknown_tool" if (step.error or "").startswith("unknown tool") else "bad_input"
-    if last and result.stop_reason == "max_turns":
-        return "forced_answer" if step.final_answer else "no_forced_answer"
-    if step.final_answer is None:
-        return "empty"
-    if last and result.stop_reason == "no_action":
-        return "no_action"
-    return "final_answer"
+    return step.kind
 
 
 def tool_error(step: Step) -> str | None:
@@ -151,9 +136,7 @@ def tool_error(step: Step) -> str | None:
 
     Format errors and repeated calls are not tool errors: the tool never ran.
     """
-    if step.action is None or step.arguments is None or step.error in (None, "repeated call"):
-        return None
-    return step.error
+    return step.error if step.kind == "tool_error" else None
 
 
 # --- suites -------------------------------------------------------------------------------------
