@@ -17,6 +17,7 @@ Live (--live): the same questions answered freely by the model, reporting what i
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import json
 import os
@@ -78,7 +79,7 @@ def load_episodes(paths: list[Path]) -> list[Episode]:
                 episode = Episode(record["id"], record["lang"], record["question"], record["answer"], record["steps"])
                 if not episode.steps or not all(isinstance(s.get("reply"), str) for s in episode.steps):
                     raise KeyError("reply")
-            except (ValueError, KeyError, TypeError) as e:
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
                 raise EpisodeError(f"{path}:{number}: not an episode ({type(e).__name__}: {e})") from None
             episodes.append(episode)
     return episodes
@@ -97,14 +98,14 @@ class RecordedSearch(GoogleSearch):
         return self.pages.pop(0)
 
 
-_LOCAL_SEARCH: list[LocalSearch] = []
+@functools.cache
+def local_search() -> LocalSearch:
+    return LocalSearch()
 
 
 def episode_tools(episode: Episode) -> list:
     """The tools every episode offers: recorded google_search, the real calculator and local_search."""
-    if not _LOCAL_SEARCH:
-        _LOCAL_SEARCH.append(LocalSearch())
-    return [RecordedSearch(episode.search_pages()), Calculator(), _LOCAL_SEARCH[0]]
+    return [RecordedSearch(episode.search_pages()), Calculator(), local_search()]
 
 
 def tokenizer_texts(episodes: list[Episode]) -> list[str]:
@@ -113,7 +114,7 @@ def tokenizer_texts(episodes: list[Episode]) -> list[str]:
     for e in episodes:
         texts += [e.question, e.answer, *e.search_pages()]
         texts += [s["reply"] + s.get("continuation", "") for s in e.steps]
-    texts += [d.text for d in _LOCAL_SEARCH[0].corpus.documents]
+    texts += [d.text for d in local_search().corpus.documents]
     return texts
 
 
@@ -130,8 +131,9 @@ def replay_episode(episode: Episode, mode: str, model, max_new_tokens: int) -> d
     wall = time.perf_counter() - started - replay.counts.overhead_seconds
     errors = [f"step {s.index + 1}: {s.error}" for s in result.steps if s.error]
     if errors or result.answer != episode.answer or len(result.steps) != len(episode.steps):
-        raise EpisodeError(f"episode {episode.id} ({mode}) did not replay as recorded: "
-                           f"{'; '.join(errors) or f'answer {result.answer!r} after {len(result.steps)} steps'}")
+        found = "; ".join(errors) or (f"answer {result.answer!r} after {len(result.steps)} steps (is a "
+                                      f"reply longer than max_new_tokens={max_new_tokens}?)")
+        raise EpisodeError(f"episode {episode.id} ({mode}) did not replay as recorded: {found}")
     c = replay.counts
     return {"episode": episode.id, "lang": episode.lang, "mode": mode, "steps": len(result.steps),
             "forward_passes": c.forward_passes, "prefilled_tokens": c.prefilled, "reused_tokens": c.reused,
@@ -148,8 +150,9 @@ def strategy_models(model) -> dict:
 
 
 def run_replay(model, episodes: list[Episode], max_new_tokens: int) -> list[dict]:
+    """Every episode under every strategy, after a warm-up call (first kernels, stop-string tables)."""
     models = strategy_models(model)
-    models["tinyagent"].generate([{"role": "user", "content": "Hi"}], max_new_tokens=4)  # warm-up
+    models["tinyagent"].generate([{"role": "user", "content": "Hi"}], stop=react.STOP_WORDS, max_new_tokens=4)
     rows = []
     for episode in episodes:
         for mode in MODES:  # alternating, so machine noise hits every strategy alike
@@ -179,22 +182,27 @@ def summarize(rows: list[dict]) -> dict:
     return {"modes": modes, "medians": medians}
 
 
-def print_replay(rows: list[dict], summary: dict) -> None:
+def print_replay(report: dict) -> None:
+    """The per-episode table, the totals, the three targets and the decode speed."""
     head = (f"{'episode':20} {'mode':10} {'passes':>6} {'prefill':>7} {'decoded':>7} {'discard':>7} "
             f"{'processed':>9} {'bound':>6} {'x bound':>7} {'wall s':>7}")
     print(head + "\n" + "-" * len(head))
-    for r in rows + [{"episode": "TOTAL", "mode": m, **s} for m, s in summary["modes"].items()]:
+    for r in report["episodes"] + [{"episode": "TOTAL", "mode": m, **s} for m, s in report["modes"].items()]:
         print(f"{r['episode']:20} {r['mode']:10} {r['forward_passes']:6} {r['prefilled_tokens']:7} "
               f"{r['decoded_tokens']:7} {r['decoded_discarded']:7} {r['tokens_processed']:9} "
               f"{r['lower_bound_tokens']:6} {r['tokens_processed'] / r['lower_bound_tokens']:7.2f} "
               f"{r['wall_seconds']:7.2f}")
-    m = summary["medians"]
-    print(f"\ntinyagent tokens processed / lower bound: {m['tinyagent_processed_over_lower_bound']:.3f} "
-          f"(target <= 1.05: {'met' if m['tinyagent_processed_over_lower_bound'] <= 1.05 else 'NOT met'})")
-    print(f"median wall original / tinyagent: {m['wall_original_over_tinyagent']:.2f}x "
-          f"(target >= 2: {'met' if m['wall_original_over_tinyagent'] >= 2 else 'NOT met'})")
-    print(f"median wall stop / tinyagent: {m['wall_stop_over_tinyagent']:.2f}x "
-          f"(target > 1: {'met' if m['wall_stop_over_tinyagent'] > 1 else 'NOT met'})")
+    m, d = report["medians"], report["decode"]
+    for label, value, target, met in (
+            ("tinyagent tokens processed / lower bound", m["tinyagent_processed_over_lower_bound"], "<= 1.05",
+             m["tinyagent_processed_over_lower_bound"] <= 1.05),
+            ("median wall original / tinyagent", m["wall_original_over_tinyagent"], ">= 2",
+             m["wall_original_over_tinyagent"] >= 2),
+            ("median wall stop / tinyagent", m["wall_stop_over_tinyagent"], "> 1", m["wall_stop_over_tinyagent"] > 1)):
+        print(f"{label}: {value:.3f} (target {target}: {'met' if met else 'NOT met'})")
+    print(f"tinyagent decode: {d['decode_tokens_per_s']} tokens/s; bandwidth bound {d['bound_tokens_per_s']} tokens/s "
+          f"({d['weight_bytes_per_token'] / 1e9:.3f} GB of weights per token at {d['bandwidth_gb_s']} GB/s, "
+          f"{d['bandwidth_source']})")
 
 
 # --- live ---------------------------------------------------------------------------------
@@ -253,13 +261,13 @@ def copy_bandwidth(device) -> float:
 
     n = (256 if device.type == "cuda" else 64) * 2**20
     src, dst = torch.empty(n, dtype=torch.uint8, device=device), torch.empty(n, dtype=torch.uint8, device=device)
-    dst.copy_(src)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    sync()
-    started = time.perf_counter()
-    for _ in range(10):
-        dst.copy_(src)
-    sync()
+    for warm in (True, False):
+        sync()
+        started = time.perf_counter()
+        for _ in range(1 if warm else 10):
+            dst.copy_(src)
+        sync()
     return 2 * n * 10 / (time.perf_counter() - started)
 
 
@@ -286,7 +294,8 @@ def load_model(args, episodes: list[Episode], workdir: str):
         if not (folder / "config.json").is_file():
             print(f"writing a random InternLM2 checkpoint ({args.random_internlm2}) to {folder}", file=sys.stderr)
             write_checkpoint(folder, args.random_internlm2, tokenizer_texts(episodes))
-        return InternLM2Chat(str(folder), device=args.device, dtype=args.dtype), f"random InternLM2 {args.random_internlm2}"
+        model = InternLM2Chat(str(folder), device=args.device, dtype=args.dtype)
+        return model, f"random InternLM2 {args.random_internlm2}"
     if args.model:
         from tinyagent.llm.hf import HFChatModel
 
@@ -340,11 +349,7 @@ def main(argv: list[str] | None = None) -> None:
         if not args.no_replay:
             rows = run_replay(model, run, args.max_new_tokens)
             report.update(summarize(rows), episodes=rows, decode=decode_report(model, rows, args.bandwidth_gbs))
-            print_replay(rows, report)
-            d = report["decode"]
-            print(f"tinyagent decode: {d['decode_tokens_per_s']} tokens/s; bandwidth bound {d['bound_tokens_per_s']} "
-                  f"tokens/s ({d['weight_bytes_per_token'] / 1e9:.3f} GB of weights per token at "
-                  f"{d['bandwidth_gb_s']} GB/s, {d['bandwidth_source']})")
+            print_replay(report)
         if args.live:
             report["live"] = run_live(model, run, args.max_new_tokens, args.constrained)
             print_live(report["live"])

@@ -86,7 +86,8 @@ class ForceTokens:
 
 class PassCounter:
     """Counts a torch module's forward passes and the tokens fed to each, and times one-token passes
-    (synchronising CUDA so the times are the device's). A context manager."""
+    (synchronising CUDA so the times are the device's). A context manager; it counts every pass of
+    the module meanwhile, so nothing else may run the same weights while it counts."""
 
     def __init__(self, module):
         self.module = module
