@@ -111,3 +111,8 @@ def test_real_demo_run_on_the_embedded_model(tmp_path):
     steps = [r for r in records if r["event"] == "step"]
     assert [r["question"] for r in records if r["event"] == "result"] == QUESTIONS
     assert steps and all(0 < s["completion_tokens"] <= 32 for s in steps if s["text"])
+    for question in QUESTIONS:  # constrained decoding (configs/default.yaml): every question uses a tool
+        calls = [s for s in steps if s["question"] == question and s["action"] in ("calculator", "local_search")
+                 and s["arguments"] is not None and s["observation"] and s["error"] != "repeated call"]
+        assert calls, f"no tool call for {question!r}"
+        assert f"Observation: {calls[0]['observation'].splitlines()[0]}" in out
