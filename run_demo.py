@@ -63,8 +63,10 @@ def run(args: argparse.Namespace, model=None) -> int:
           f"steps ({sum(s.action is not None for s in steps)} tool calls), {tokens} tokens, "
           f"{sum(r.seconds for r in results):.1f} s ===", flush=True)
     if cfg.model.backend == "embedded":
-        print("(SmolLM2-135M is a very small model: it often breaks the ReAct format or answers wrongly. "
-              "Try --config configs/internlm2-chat-1_8b.yaml on a GPU.)", flush=True)
+        kept = ("constrained decoding keeps it in the ReAct format, but its searches and answers are often wrong"
+                if cfg.agent.constrained else "it often breaks the ReAct format or answers wrongly")
+        print(f"(SmolLM2-135M is a very small model: {kept}. Try --config configs/internlm2-chat-1_8b.yaml "
+              "on a GPU.)", flush=True)
     return 0
 
 
