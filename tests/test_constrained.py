@@ -243,7 +243,7 @@ def test_the_agent_asks_for_a_tool_first_an_answer_when_stuck_and_only_the_answe
     call = 'Thought: compute\nAction: calculator\nAction Input: {"expression": "6*7"}'
     model = scripted([call, call, "Thought: done\nFinal Answer: 42"])
     result = Agent(model, [Calculator()], constrained=True, max_turns=5).run("What is 6*7?")
-    assert [s.error for s in result.steps] == [None, "repeated call", None] and result.answer == "42"
+    assert [s.kind for s in result.steps] == ["action", "repeated_call", "final_answer"] and result.answer == "42"
     first, second, stuck = (c["kwargs"]["constraint"] for c in model.calls)
     assert first == react.step_format([Calculator()], final_answer=False)
     assert second == react.step_format([Calculator()]) and stuck == react.step_format([])

@@ -79,7 +79,7 @@ class Agent:
     One `Agent` keeps one conversation (`chat`); use one instance per thread.
     `on_step(step)` is called after each step, `on_text(text)` with text as the model writes it.
     `constrained=True` has the model decode only replies in the ReAct format for these tools
-    (`react.step_format`); the model must support it (`HFChatModel` with outlines installed).
+    (`react.next_step_format`); the model must support it (`HFChatModel` with outlines installed).
     """
 
     def __init__(

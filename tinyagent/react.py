@@ -174,7 +174,7 @@ def next_step_format(tools, steps, forced: bool = False) -> StepFormat:
     """
     if forced:
         return ANSWER_FORMAT
-    if steps and steps[-1].error == "repeated call":
+    if steps and steps[-1].kind == "repeated_call":
         return step_format([])
     return step_format(tools, final_answer=bool(steps))
 
