@@ -79,8 +79,8 @@ def test_the_pattern_accepts_valid_steps_and_rejects_the_rest():
     pattern = constrained.pattern_of(FMT)
     good = ['Thought: I should compute it.\nAction: calculator\nAction Input: {"expression": "12*6"}',
             'Thought: 搜索一下\nAction: local_search\nAction Input: { "search_query": "周杰伦" }',
-            'Thought: book it\nAction: book_table\nAction Input: {"restaurant": "Luigi\'s", "people": 4, '
-            '"outdoor": true}',
+            ('Thought: book it\nAction: book_table\nAction Input: {"restaurant": "Luigi\'s", "people": 4, '
+             '"outdoor": true}'),
             'Thought: book it\nAction: book_table\nAction Input: {"restaurant": "x", "people": 2, "note": "a \\"b\\""}',
             "Thought: I know it.\nFinal Answer: 72"]
     bad = ['Thought: x\nAction: calculator\nAction Input: {"expr": "1"}',             # invented key
@@ -213,7 +213,7 @@ def test_no_token_may_complete_a_stop_string(tiny):
 def test_the_automaton_is_compiled_once_and_shared_by_models_and_threads(tiny):
     other = HFChatModel.from_model(tiny.model, tiny.tokenizer)
     pattern = constrained.pattern_of(FMT)
-    vocab, compiled = constrained.compile_pattern(tiny.tokenizer, pattern)
+    _, compiled = constrained.compile_pattern(tiny.tokenizer, pattern)
     assert constrained.compile_pattern(other.tokenizer, pattern)[1] is compiled
     a = constrained.step_processor(tiny.tokenizer, FMT, end_ids=[2], max_new_tokens=50)
     b = constrained.step_processor(other.tokenizer, FMT, end_ids=[2], max_new_tokens=50)
