@@ -256,3 +256,12 @@ def test_every_agent_setting_is_an_agent_keyword(scripted):
     cfg = load_config(None, {"agent.llm_fallback": True, "agent.tools": ["calculator"]})
     agent = config.build_agent(cfg, scripted([]))
     assert list(agent.tools) == ["calculator", "llm_tool"]
+
+
+def test_guided_decoding_for_vllm_servers(tmp_path):
+    cfg = load_config(None, {"model.backend": "openai", "model.base_url": "http://127.0.0.1:1/v1",
+                             "model.name": "m", "model.guided_decoding": "structured_outputs"})
+    model = config.build_model(cfg)
+    assert model.guided_decoding == "structured_outputs"
+    with pytest.raises(ConfigError, match="model.guided_decoding"):
+        load_config(None, {"model.guided_decoding": "grammar"})

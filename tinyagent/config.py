@@ -17,6 +17,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .llm.openai import GUIDED_DECODING_FIELDS
 from .trace import register_secret
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ class ModelConfig:
     base_url: str | None = None      # openai: e.g. http://127.0.0.1:8000/v1
     api_key_env: str | None = "OPENAI_API_KEY"
     scratchpad: str = "continue"     # openai: continue the assistant message, or fold it into the user turn
+    guided_decoding: str | None = None  # openai: structured_outputs | guided_regex (vLLM), for constrained runs
     timeout: float = 60.0
     max_retries: int = 2
 
@@ -213,10 +215,11 @@ def _show(value) -> str:
 def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
     m, g, a = cfg.model, cfg.generation, cfg.agent
     choices = {"model.backend": (m.backend, BACKENDS), "model.dtype": (m.dtype, DTYPES),
-               "model.scratchpad": (m.scratchpad, SCRATCHPAD_MODES), "agent.lang": (a.lang, LANGS)}
+               "model.scratchpad": (m.scratchpad, SCRATCHPAD_MODES), "agent.lang": (a.lang, LANGS),
+               "model.guided_decoding": (m.guided_decoding, (None, *GUIDED_DECODING_FIELDS))}
     for key, (value, valid) in choices.items():
         if value not in valid:
-            _fail(where, key, f"{value!r} is not one of {', '.join(valid)}")
+            _fail(where, key, f"{value!r} is not one of {', '.join(map(str, valid))}")
     if not _DEVICE.match(m.device):
         _fail(where, "model.device", f"{m.device!r} is not a device (auto, cpu, cuda, cuda:N, mps)")
     minimums = {"agent.max_turns": (a.max_turns, 1), "generation.max_new_tokens": (g.max_new_tokens, 1),
@@ -316,7 +319,8 @@ def build_model(cfg: Config):
     api_key = os.environ.get(m.api_key_env) if m.api_key_env else None
     register_secret(api_key)
     return llm.OpenAIChatModel(m.base_url, m.name, api_key=api_key, timeout=m.timeout,
-                               max_retries=m.max_retries, scratchpad=m.scratchpad, **gen)
+                               max_retries=m.max_retries, scratchpad=m.scratchpad,
+                               guided_decoding=m.guided_decoding, **gen)
 
 
 def select_tools(cfg: Config, env: typing.Mapping[str, str] | None = None) -> tuple[list[str], str | None]:
