@@ -35,6 +35,7 @@ from make_random_internlm2 import write_checkpoint  # noqa: E402  (this script's
 from tinyagent import Agent, react  # noqa: E402
 from tinyagent.llm.base import BaseModel  # noqa: E402
 from tinyagent.llm.replay import RecordedReply, ReplayModel  # noqa: E402
+from tinyagent.scoring import FORMAT_ERROR_KINDS  # noqa: E402
 from tinyagent.tools.base import ToolError  # noqa: E402
 from tinyagent.tools.calculator import Calculator  # noqa: E402
 from tinyagent.tools.google_search import GoogleSearch, format_results  # noqa: E402
@@ -42,7 +43,7 @@ from tinyagent.tools.local_search import LocalSearch  # noqa: E402
 
 EPISODES = Path(__file__).parent / "episodes"
 MODES = ("original", "stop", "tinyagent")
-QUICK_EPISODES = ("en-speed-of-light", "zh-speed-of-light")
+QUICK_EPISODES = ("en-speed-of-light", "zh-shopping-total")
 
 
 class EpisodeError(ValueError):
@@ -232,9 +233,10 @@ def run_live(model, episodes: list[Episode], max_new_tokens: int, constrained: b
             llm = WithoutStop(models[mode]) if variant == "original" else models[mode]
             agent = Agent(llm, episode_tools(episode), lang=episode.lang, max_new_tokens=max_new_tokens, **extra)
             result = agent.run(episode.question)
-            rows.append({"episode": episode.id, "variant": variant, "steps": len(result.steps),
-                         "tool_calls": sum(1 for s in result.steps if s.action and not s.error),
-                         "format_errors": sum(1 for s in result.steps if s.error),
+            kinds = [s.kind for s in result.steps]
+            rows.append({"episode": episode.id, "variant": variant, "steps": len(result.steps), "kinds": kinds,
+                         "tool_calls": sum(k in ("action", "tool_error") for k in kinds),
+                         "format_errors": sum(k in FORMAT_ERROR_KINDS for k in kinds),
                          "stop_reason": result.stop_reason, "answer": result.answer,
                          "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
                          "seconds": round(result.seconds, 2)})
@@ -243,12 +245,12 @@ def run_live(model, episodes: list[Episode], max_new_tokens: int, constrained: b
 
 
 def print_live(rows: list[dict]) -> None:
-    head = (f"{'episode':20} {'variant':11} {'steps':>5} {'tools':>5} {'errors':>6} {'stop reason':12} "
+    head = (f"{'episode':20} {'variant':11} {'steps':>5} {'tools':>5} {'format errors':>13} {'stop reason':12} "
             f"{'prompt':>7} {'decoded':>7} {'seconds':>7}  answer")
     print("\nLive\n" + head + "\n" + "-" * len(head))
     for r in rows:
         answer = " ".join(r["answer"].split())
-        print(f"{r['episode']:20} {r['variant']:11} {r['steps']:5} {r['tool_calls']:5} {r['format_errors']:6} "
+        print(f"{r['episode']:20} {r['variant']:11} {r['steps']:5} {r['tool_calls']:5} {r['format_errors']:13} "
               f"{r['stop_reason']:12} {r['prompt_tokens'] or 0:7} {r['completion_tokens'] or 0:7} "
               f"{r['seconds']:7.2f}  {answer[:50]!r}")
 
