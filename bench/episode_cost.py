@@ -9,7 +9,7 @@ weights would have chosen. Strategies, alternating per episode on the same weigh
   tinyagent  stop strings and KV-cache reuse (HFChatModel's own)
 Live (--live): the same questions answered freely by the model, reporting what it really did.
 
-  python bench/episode_cost.py --quick                     # embedded SmolLM2-135M on CPU, < 2 min
+  python bench/episode_cost.py --quick                     # embedded SmolLM2-135M on CPU, 2 episodes
   python bench/episode_cost.py --json out.json             # all episodes
   python bench/episode_cost.py --live                      # free generation
   python bench/episode_cost.py --device cuda --random-internlm2-1_8b
