@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import inspect
 import json
 import os
 import statistics
@@ -29,17 +28,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this repository's tinyagent, installed or not
 
-from make_random_internlm2 import write_checkpoint  # noqa: E402  (this script's own folder)
-from tinyagent import Agent, react  # noqa: E402
-from tinyagent.llm.base import BaseModel  # noqa: E402
-from tinyagent.llm.replay import RecordedReply, ReplayModel  # noqa: E402
-from tinyagent.scoring import FORMAT_ERROR_KINDS  # noqa: E402
-from tinyagent.tools.base import ToolError  # noqa: E402
-from tinyagent.tools.calculator import Calculator  # noqa: E402
-from tinyagent.tools.google_search import GoogleSearch, format_results  # noqa: E402
-from tinyagent.tools.local_search import LocalSearch  # noqa: E402
+from make_random_internlm2 import write_checkpoint  # next to this file
+
+from tinyagent import Agent, react
+from tinyagent.llm.base import BaseModel
+from tinyagent.llm.replay import RecordedReply, ReplayModel
+from tinyagent.scoring import FORMAT_ERROR_KINDS
+from tinyagent.tools.base import ToolError
+from tinyagent.tools.calculator import Calculator
+from tinyagent.tools.google_search import GoogleSearch, format_results
+from tinyagent.tools.local_search import LocalSearch
 
 EPISODES = Path(__file__).parent / "episodes"
 MODES = ("original", "stop", "tinyagent")
@@ -222,8 +222,6 @@ def run_live(model, episodes: list[Episode], max_new_tokens: int, constrained: b
     """The episodes' questions answered freely: what the model really did under each strategy."""
     variants = {"tinyagent": ({}, "tinyagent"), "original": ({}, "original")}
     if constrained:
-        if "constrained" not in inspect.signature(Agent).parameters:
-            raise SystemExit("--constrained: this TinyAgent has no Agent(constrained=True) yet")
         variants["constrained"] = ({"constrained": True}, "tinyagent")
     models = strategy_models(model)
     rows = []

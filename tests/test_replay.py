@@ -96,6 +96,7 @@ def test_reuse_feeds_exactly_the_new_tokens_and_leaves_a_valid_cache(base):
     model, fresh = wrapper(base, reuse=True), wrapper(base, reuse=False)
     first_prompt = model.encode_prompt(model.render_prompt(QUESTION))
     _, first = replay_generate(model, QUESTION, TOOL_REPLY, stop=STOP)
+    assert first.prefilled == len(first_prompt) and first.reused == 0
     kept = first_prompt + ids_of(model, QUESTION, TOOL_REPLY.text)[:-1]  # what went through the model
     step = Step(index=0, text=TOOL_REPLY.text[: -len("\nObservation:")], observation="72")
     follow = context.prompt_messages(QUESTION, [step])
