@@ -134,8 +134,9 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    episodes = Path(__file__).parent / "episodes"
-    texts = [p.read_text(encoding="utf-8") for p in sorted(episodes.glob("*.jsonl"))]
+    from episode_cost import EPISODES, load_episodes, tokenizer_texts
+
+    texts = tokenizer_texts(load_episodes(sorted(EPISODES.glob("*.jsonl"))))
     print(write_checkpoint(args.folder, args.shape, texts, args.dtype, args.seed))
 
 
