@@ -156,9 +156,15 @@ def test_generation_defaults_and_per_call_overrides(model):
     ban = [Ban(m.end_token_ids)]
     assert m.generate(QUESTION, logits_processor=ban).completion_tokens == 5
     assert m.generate(QUESTION, max_new_tokens=3, logits_processor=[Ban(m.end_token_ids)]).completion_tokens == 3
-    assert not m._generation_config([]).do_sample
-    sampled = m._generation_config(["x"], temperature=0.7, top_p=0.9)
-    assert (sampled.do_sample, sampled.temperature, sampled.top_p, sampled.stop_strings) == (True, 0.7, 0.9, ["x"])
+    assert not m._generation_config().do_sample
+    sampled = m._generation_config(temperature=0.7, top_p=0.9)
+    assert (sampled.do_sample, sampled.temperature, sampled.top_p) == (True, 0.7, 0.9)
+
+
+def test_stop_criteria_are_built_once_per_stop_list(model):
+    first = model._stop_criteria(["Observation:", "x"])
+    assert first == model._stop_criteria(["Observation:", "x"]) and first[0] is model._stop_criteria(["Observation:", "x"])[0]
+    assert model._stop_criteria(["y"])[0] is not first[0] and model._stop_criteria([]) == []
 
 
 def test_sampling_is_used_when_temperature_is_positive(no_reuse):

@@ -123,6 +123,7 @@ class HFChatModel(BaseModel):
         self._cache = None
         self._cache_ids: list[int] = []
         self._warned: set[str] = set()
+        self._stop_cache: dict[tuple[str, ...], object] = {}
 
     def _end_token_ids(self) -> list[int]:
         """eos ids of the generation config and the tokenizer, plus any end-of-turn token it has."""
@@ -184,7 +185,7 @@ class HFChatModel(BaseModel):
             self._warned.add(key)
             log.warning("%s ignores the generate option %r", type(self).__name__, key)
         stop = [s for s in stop or () if s]
-        config = self._generation_config(stop, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+        config = self._generation_config(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
         if constraint is not None:
             from .constrained import step_processor
 
@@ -195,7 +196,7 @@ class HFChatModel(BaseModel):
             ids = self.encode_prompt(self.render_prompt(messages))
             holdback = StopHoldback(on_text, stop) if on_text else None
             started = time.perf_counter()
-            new_ids, reused = self._run(ids, config, holdback, logits_processor)
+            new_ids, reused = self._run(ids, config, holdback, logits_processor, self._stop_criteria(stop))
             seconds = time.perf_counter() - started
             text = trim_at_stop(self.decode_new(ids, new_ids), stop)
         if holdback:
@@ -226,7 +227,7 @@ class HFChatModel(BaseModel):
         with self._lock:
             self._cache, self._cache_ids = None, []
 
-    def _generation_config(self, stop: list[str], **overrides):
+    def _generation_config(self, **overrides):
         from transformers import GenerationConfig
 
         options = {**self.generation_defaults, **{k: v for k, v in overrides.items() if v is not None}}
@@ -236,15 +237,27 @@ class HFChatModel(BaseModel):
         else:
             options.update(do_sample=False)
         pad = self.tokenizer.pad_token_id
-        return GenerationConfig(eos_token_id=self.end_token_ids, stop_strings=stop or None,
+        return GenerationConfig(eos_token_id=self.end_token_ids,
                                 pad_token_id=pad if pad is not None else self.end_token_ids[0],
                                 return_dict_in_generate=True, **options)
 
+    def _stop_criteria(self, stop: list[str]) -> list:
+        """transformers' stop-string criterion for `stop`, built once per stop list: building it reads
+        the whole vocabulary (0.1-0.4 s), too much to pay at every step."""
+        if not stop:
+            return []
+        key = tuple(stop)
+        if key not in self._stop_cache:
+            from transformers import StopStringCriteria
+
+            self._stop_cache[key] = StopStringCriteria(self.tokenizer, list(stop))
+        return [self._stop_cache[key]]
+
     def _run(self, ids: list[int], config, holdback: StopHoldback | None,
-             logits_processor: list | None) -> tuple[list[int], int]:
+             logits_processor: list | None, stopping: list = ()) -> tuple[list[int], int]:
         """Generate after `ids`, reusing the kept cache; returns (new ids, tokens reused)."""
         import torch
-        from transformers import LogitsProcessorList
+        from transformers import LogitsProcessorList, StoppingCriteriaList
 
         cache, reused = self._prepare_cache(ids)
         device = self.model.device
@@ -255,7 +268,7 @@ class HFChatModel(BaseModel):
                 out = self.model.generate(
                     input_ids, attention_mask=torch.ones_like(input_ids), cache=cache, generation_config=config,
                     logits_processor=LogitsProcessorList(logits_processor or []), streamer=streamer,
-                    tokenizer=self.tokenizer)
+                    stopping_criteria=StoppingCriteriaList(stopping))
         except BaseException:
             self._cache, self._cache_ids = None, []
             raise
