@@ -137,11 +137,11 @@ def evaluate(
 
 def agent_factory_from_config(cfg) -> Callable[[], Agent]:
     """Load the config's model and tools once; return a factory of fresh Agents that share them."""
-    from .config import build_model, build_tools
+    from .config import build_agent, build_model, build_tools
 
-    model, tools = build_model(cfg), build_tools(cfg)
-    kwargs = {**cfg.agent.agent_kwargs(), **cfg.generation_kwargs()}
-    return lambda: Agent(model, tools, **kwargs)
+    tools = build_tools(cfg)  # first: a bad corpus fails before the slow model load
+    model = build_model(cfg)
+    return lambda: build_agent(cfg, model, tools=tools)
 
 
 def _parser():
