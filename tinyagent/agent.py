@@ -265,9 +265,10 @@ class Agent:
             raw = f"Error: {step.action} failed: {type(e).__name__}: {e}"
             step.error, step.kind = redact(f"{type(e).__name__}: {e}"), "tool_error"
         step.tool_seconds = time.perf_counter() - t0
-        step.observation = self._observation_text(redact(raw), lang, step.thought, result)
+        raw = redact(raw)
+        step.observation = self._observation_text(raw, lang, step.thought, result)
         if step.observation != raw:
-            step.raw_observation = redact(raw)
+            step.raw_observation = raw
         return step
 
     def _observation_text(self, raw: str, lang: str, thought: str, result: AgentResult) -> str:
