@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from tinyagent import BaseModel, Completion
+from tinyagent.llm import trim_at_stop
 
 
 class ScriptedModel(BaseModel):
@@ -18,11 +19,7 @@ class ScriptedModel(BaseModel):
         self.calls.append({"messages": [dict(m) for m in messages], "stop": stop, "kwargs": kwargs})
         if not self.replies:
             raise AssertionError("ScriptedModel ran out of replies")
-        text = self.replies.pop(0)
-        for s in stop or ():
-            i = text.find(s)
-            if i >= 0:
-                text = text[:i]
+        text = trim_at_stop(self.replies.pop(0), stop)
         if self.usage:
             return Completion(text, prompt_tokens=self.usage[0], completion_tokens=self.usage[1])
         return text
