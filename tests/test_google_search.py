@@ -174,3 +174,11 @@ def test_failures_become_observations_in_an_agent(serper, scripted):
     assert result.finished
     assert result.steps[0].observation.startswith("Error: Google search failed")
     assert result.steps[0].error and KEY not in result.steps[0].observation
+
+
+def test_a_body_that_echoes_the_key_is_redacted_in_the_error(serper, monkeypatch):
+    monkeypatch.setenv("SERPER_API_KEY", KEY)
+    serper.plan = [(200, f"<html>bad key {KEY}</html>".encode())]
+    with pytest.raises(ToolError, match="non-JSON") as e:
+        search_tool(serper)(search_query="q")
+    assert KEY not in str(e.value) and "[REDACTED]" in str(e.value)

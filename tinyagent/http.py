@@ -9,6 +9,8 @@ import time
 
 import requests
 
+from .trace import redact
+
 log = logging.getLogger(__name__)
 
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -16,10 +18,12 @@ MAX_BACKOFF_S = 8.0
 
 
 class RequestFailed(Exception):
-    """The request did not get a usable answer; `status` is the last HTTP status, if any."""
+    """The request did not get a usable answer; `status` is the last HTTP status, if any.
+
+    The message is redacted here, once, for every caller."""
 
     def __init__(self, message: str, status: int | None = None, retryable: bool = False):
-        super().__init__(message)
+        super().__init__(redact(message))  # a server may echo a key back in what the message quotes
         self.status = status
         self.retryable = retryable
 

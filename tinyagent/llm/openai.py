@@ -28,7 +28,7 @@ import requests
 
 from .. import react
 from ..http import RequestFailed, json_body, post_json
-from ..trace import redact, register_secret
+from ..trace import register_secret
 from .base import BaseModel, Completion, Message, TextCallback, trim_at_stop
 from .streaming import StopHoldback
 
@@ -185,12 +185,9 @@ class OpenAIChatModel(BaseModel):
             headers["Authorization"] = f"Bearer {self._api_key}"
         log.debug("POST %s (%d messages, stream=%s)", self.url, len(payload["messages"]),
                   bool(payload.get("stream")))
-        try:
-            response = post_json(self.url, payload, headers=headers, timeout=self.timeout,
-                                 max_retries=self.max_retries, backoff=self.backoff,
-                                 stream=bool(payload.get("stream")), session=self._session())
-        except RequestFailed as e:
-            raise RequestFailed(redact(str(e)), status=e.status, retryable=e.retryable) from None
+        response = post_json(self.url, payload, headers=headers, timeout=self.timeout,
+                             max_retries=self.max_retries, backoff=self.backoff,
+                             stream=bool(payload.get("stream")), session=self._session())
         if response.status_code >= 400:
             message = self._http_error(response, payload)
             response.close()
@@ -212,20 +209,17 @@ class OpenAIChatModel(BaseModel):
         if guided and response.status_code in (400, 422):
             message += (f" (this server may not support regex-guided decoding through {guided[0]}; "
                         "try the other guided_decoding field, or None for unconstrained replies)")
-        return redact(message)
+        return message
 
     def _read_body(self, response: requests.Response) -> tuple[str, dict]:
-        try:
-            body = json_body(response, self.url)
-        except RequestFailed as e:
-            raise RequestFailed(redact(str(e)), status=e.status) from None
+        body = json_body(response, self.url)
         choice = _first_choice(body)
         message = choice.get("message") if choice is not None else None
         content = message.get("content") if isinstance(message, dict) else None
         if not isinstance(message, dict) or not isinstance(content, (str, type(None))):
             keys = ", ".join(sorted(map(str, body))) or "none"
-            raise RequestFailed(redact(f"{self.url} answered without choices[0].message.content "
-                                       f"(top-level keys: {keys})"), status=response.status_code)
+            raise RequestFailed(f"{self.url} answered without choices[0].message.content "
+                                f"(top-level keys: {keys})", status=response.status_code)
         return content or "", _usage(body.get("usage"))
 
     def _read_stream(self, response: requests.Response, stops: list[str], on_text: TextCallback) -> tuple[str, dict]:
@@ -243,7 +237,7 @@ class OpenAIChatModel(BaseModel):
                 text += piece  # after a stop string, read on only for the usage counts
                 holdback.update(text)
         if not events:
-            raise RequestFailed(redact(f"{self.url} ended the stream without sending any data"))
+            raise RequestFailed(f"{self.url} ended the stream without sending any data")
         text = trim_at_stop(text, stops)
         holdback.finish(text)
         return text, usage
@@ -262,18 +256,17 @@ class OpenAIChatModel(BaseModel):
                 try:
                     event = json.loads(data)
                 except ValueError:
-                    raise RequestFailed(redact(f"{self.url} streamed non-JSON data: {data[:80]!r}")) from None
+                    raise RequestFailed(f"{self.url} streamed non-JSON data: {data[:80]!r}") from None
                 if not isinstance(event, dict):
-                    raise RequestFailed(redact(f"{self.url} streamed JSON that is not an object"))
+                    raise RequestFailed(f"{self.url} streamed JSON that is not an object")
                 if "error" in event:
-                    raise RequestFailed(redact(f"{self.url} reported an error while streaming: "
-                                               f"{_error_detail(event)}"))
+                    raise RequestFailed(f"{self.url} reported an error while streaming: {_error_detail(event)}")
                 yield event
         except requests.RequestException as e:
             timed_out = isinstance(e, requests.Timeout) or "timed out" in str(e)
             reason = f"no data for {self.timeout:g}s (timeout)" if timed_out else type(e).__name__
-            raise RequestFailed(redact(f"the stream from {self.url} broke off after {received()} "
-                                       f"characters: {reason}"), retryable=True) from None
+            raise RequestFailed(f"the stream from {self.url} broke off after {received()} characters: {reason}",
+                                retryable=True) from None
 
 
 def fold_scratchpad(messages: list[Message]) -> list[Message]:
