@@ -52,3 +52,10 @@ def embedded_model():
 
     return default_model()
 # --- end of model fixtures ----------------------------------------------------------------
+
+
+# --- property tests: the same examples on every run ------------------------------------------
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("tinyagent", derandomize=True, database=None, print_blob=True)
+settings.load_profile("tinyagent")

@@ -27,7 +27,7 @@ def test_every_call_passes_observation_stop_words(scripted):
     model = scripted([CALL_2_10, "Final Answer: 1024"])
     Agent(model, tools=[Calculator()]).run("2**10?")
     for call in model.calls:
-        assert "Observation:" in call["stop"] and set(STOP_WORDS) <= set(call["stop"])
+        assert "\nObservation:" in call["stop"] and set(STOP_WORDS) <= set(call["stop"])
 
 
 def test_prompt_is_append_only_scratchpad(scripted):
@@ -77,9 +77,13 @@ def test_reply_without_action_is_the_final_answer(scripted):
     assert result.stop_reason == "no_action" and result.lang == "zh"
 
 
-def test_thought_only_reply_answer_drops_the_label(scripted):
-    result = Agent(scripted(["Thought: Paris is the capital of France."])).run("Capital of France?")
-    assert result.answer == "Paris is the capital of France."
+def test_thought_only_reply_is_a_format_error_then_the_answer_is_taken(scripted):
+    model = scripted(["Thought: Paris is the capital of France.", "Thought: ok\nFinal Answer: Paris"])
+    result = Agent(model).run("Capital of France?")
+    first = result.steps[0]
+    assert first.kind == "malformed" and first.final_answer is None and "no Action and no Final Answer" in first.error
+    assert "Final Answer:" in model.calls[1]["messages"][-1]["content"].split("Observation: Error:")[1]
+    assert result.answer == "Paris" and result.finished and result.stop_reason == "final_answer"
 
 
 def test_turn_cap_forces_one_final_call(scripted):
@@ -101,7 +105,8 @@ def test_turn_cap_without_an_answer_is_not_finished(scripted):
 def test_never_more_than_max_turns_plus_one_calls(scripted):
     model = scripted(["", "", "", "nothing"])
     result = Agent(model, tools=[Calculator()], max_turns=3).run("?")
-    assert len(model.calls) == 4 and result.steps[0].error == "empty reply"
+    assert len(model.calls) == 4 and result.steps[0].kind == "empty"
+    assert result.steps[0].error.startswith("your reply was empty")
 
 
 def test_repeated_call_is_not_executed_again(scripted):
@@ -127,7 +132,8 @@ def test_repeated_call_is_not_executed_again(scripted):
 
 @pytest.mark.parametrize("reply,expected", [
     ('Action: weather\nAction Input: {"city": "x"}', "unknown tool 'weather'. Valid tools: calculator"),
-    ("Action: calculator\nAction Input: 2+2", "not valid JSON"),
+    ("Action: calculator\nAction Input: [2, 2]", "not a list"),
+    ('Action: calculator\nAction Input: {"expression": "2+2", "x": 1}', "unknown parameter(s) 'x'"),
     ('Action: calculator\nAction Input: {"expr": "2+2"}', "unknown parameter(s) 'expr'"),
     ("Action: calculator\nAction Input: {}", "missing required parameter(s): 'expression'"),
     ('Action: calculator\nAction Input: {"expression": 4}', "must be of type string"),
@@ -143,9 +149,9 @@ def test_mistakes_become_observations(scripted, reply, expected):
 
 
 def test_bad_input_observation_lists_the_parameters(scripted):
-    result = Agent(scripted(["Action: calculator\nAction Input: nope", "Final Answer: x"]),
+    result = Agent(scripted(['Action: calculator\nAction Input: {"x": 1}', "Final Answer: x"]),
                    tools=[Calculator()]).run("?")
-    assert '"name": "expression"' in result.steps[0].observation
+    assert 'Write: Action Input: {"expression": "..."}' in result.steps[0].observation
 
 
 def test_a_tool_that_raises_is_an_observation(scripted):
@@ -347,7 +353,7 @@ def test_every_step_says_what_kind_of_reply_it_was(scripted):
         raise RuntimeError("no")
 
     model = scripted(['Action: calculator\nAction Input: {"expression": "1+1"}', "Action: nope\nAction Input: {}",
-                      "Action: calculator\nAction Input: 1+1", 'Action: calculator\nAction Input: {"expression": "1+1"}',
+                      "Action: calculator\nAction Input: [1]", 'Action: calculator\nAction Input: {"expression": "1+1"}',
                       'Action: fail\nAction Input: {"x": "a"}', "", "just text"])
     result = Agent(model, tools=[Calculator(), fail], max_turns=7).run("?")
     assert [s.kind for s in result.steps] == ["action", "unknown_tool", "bad_input", "repeated_call", "tool_error",

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import time
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tinyagent import react
 from tinyagent.react import ActionInputError, parse_action_input, parse_latest_plugin_call
+from tinyagent.replies import READING_KINDS
+from tinyagent.tools import Calculator
 from tinyagent.tools.calculator import CalculatorError, evaluate
 
 # Fragments real replies are made of, so generated text hits the interesting paths often.
@@ -20,6 +22,7 @@ reply_text = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=20)
 
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(reply_text)
+@example("Action:\nAction Input:Thought:")  # once taken as a final answer (found by hypothesis on a fresh clone)
 def test_parse_latest_plugin_call_contract(text):
     name, args, before = parse_latest_plugin_call(text)
     assert isinstance(name, str) and isinstance(args, str) and isinstance(before, str)
@@ -50,6 +53,12 @@ def test_other_parsers_never_raise(text):
     react.parse_thought(text)
     react.parse_forced_answer(text)
     react.detect_lang(text)
+    reading = react.read_step(text, [Calculator()])
+    assert reading.kind in READING_KINDS and text.startswith(reading.text)
+    if reading.kind in ("final_answer", "no_action"):
+        assert reading.answer is not None and reading.error is None
+    elif reading.kind != "action":
+        assert reading.error and reading.answer is None
     out = react.neutralize_control_tokens(text)
     assert "<|im_end|>" not in out and out.replace("\u200b", "") == text.replace("\u200b", "")
 

@@ -6,17 +6,32 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import json5
+from .replies import (  # noqa: F401  (the protocol's public names)
+    OBSERVATION as _OBSERVATION,
+    ActionInputError,
+    Reading,
+    bad_input_message,
+    clean_tool_name,
+    cut_at_observation,
+    example_call,
+    parse_latest_plugin_call,
+    read_arguments,
+    read_forced_answer,
+    read_step,
+    skeleton,
+    worked_step,
+)
 
-# The model must stop before writing an observation itself.
-STOP_WORDS = ["Observation:", "Observation：", "\nObservation :"]
+# The model must stop before writing an observation itself: at a line start (a stop string that
+# starts with a newline also matches at the very start of a reply), never inside a <think> block.
+STOP_WORDS = ["\nObservation:", "\nObservation：", "\nObservation :"]
 
 TOOL_DESC = {
     "en": "{name_for_model}: Call this tool to use the {name_for_human} API. What is the "
           "{name_for_human} API for? {description_for_model} Parameters: {parameters} "
-          "Give the arguments as a JSON object.",
+          "Give the arguments as a JSON object: Action Input: {example}",
     "zh": "{name_for_model}: 调用此工具来使用{name_for_human} API。{name_for_human} API 有什么用？"
-          "{description_for_model} 参数：{parameters} 参数必须写成 JSON 对象。",
+          "{description_for_model} 参数：{parameters} 参数必须写成 JSON 对象：Action Input: {example}",
 }
 
 REACT_PROMPT = {
@@ -95,6 +110,7 @@ def tool_description(tool, lang: str = "en") -> str:
         name_for_human=tool.human_name(lang),
         description_for_model=tool.description(lang),
         parameters=json.dumps(tool.parameters_for(lang), ensure_ascii=False),
+        example=skeleton(tool),
     )
 
 
@@ -200,161 +216,25 @@ def escape_pattern(text: str) -> str:
     return "".join("\\" + c if c in _REGEX_META else c for c in text)
 
 
-# --- parsing -----------------------------------------------------------------------------
-
-def _marker(word: str) -> re.Pattern:
-    """`word` at a line start (spaces allowed), optional spaces, then an ASCII or full-width colon."""
-    return re.compile(rf"(?:^|\n)[ \t>*#]*{word}[ \t*]*[:：]", re.IGNORECASE)
-
-
-_OBSERVATION = _marker("Observation")
-_ACTION = _marker("Action")
-_ACTION_INPUT = _marker(r"Action[ \t]*Input")
-_FINAL = re.compile(r"(?:^|\n)[ \t>*#]*(?:Final[ \t]*Answer|最终答案)[ \t*]*[:：]", re.IGNORECASE)
-_THOUGHT = _marker("Thought")
-
-
-def cut_at_observation(text: str) -> str:
-    """Drop an observation the model invented and everything after it: it was never observed."""
-    m = _OBSERVATION.search(text)
-    return text[: m.start()] if m else text
-
-
-def parse_latest_plugin_call(text: str) -> tuple[str, str, str]:
-    """Scan a model reply for its tool call, as TinyAgent does.
-
-    Returns (tool name, raw action-input text, the reply up to the end of the action input).
-    Everything from the first `Observation:` on is ignored, so when a reply invents several
-    rounds the first action is the one returned. With no action: ("", "", reply).
-    """
-    text = cut_at_observation(text)
-    actions = list(_ACTION.finditer(text))
-    if not actions:
-        return "", "", text
-    final = _FINAL.search(text)
-    action = actions[-1]
-    if final and final.start() < actions[0].start():
-        return "", "", text  # the final answer came first; anything after it is noise
-    if final and final.start() > action.start():
-        text = text[: final.start()]  # an answer written before the observation is not grounded
-    inputs = [m for m in _ACTION_INPUT.finditer(text) if m.start() > action.start()]
-    if inputs:
-        name_text, args = text[action.end(): inputs[0].start()], text[inputs[0].end():]
-    else:
-        name_text, args = text[action.end():], ""
-    return clean_tool_name(name_text), args.strip(), text.rstrip()
-
-
-def clean_tool_name(text: str) -> str:
-    """A tool name as models write it: `calculator`, "calculator", [calculator], calculator."""
-    first = text.strip().split("\n", 1)[0].strip()
-    return first.strip("`'\"[]()<>*. \t").strip()
-
+# --- parsing: tinyagent/replies.py reads replies; these are the names the tutorial and tests use ---
 
 def parse_final_answer(text: str) -> str | None:
-    """The text after `Final Answer:` in a reply (before any invented observation), or None."""
-    text = cut_at_observation(text)
-    m = _FINAL.search(text)
-    if not m:
-        return None
-    action = _ACTION.search(text)
-    if action and action.start() < m.start():
-        return None  # an answer written after an unexecuted action was never grounded
-    return text[m.end():].strip()
+    """The final answer a reply gives (before any invented observation), or None."""
+    reading = read_step(text)
+    return reading.answer if reading.kind == "final_answer" else None
 
 
 def parse_thought(text: str) -> str:
     """The reasoning before the action or final answer, without its `Thought:` label."""
-    text = cut_at_observation(text)
-    ends = [m.start() for m in (_ACTION.search(text), _FINAL.search(text)) if m]
-    head = text[: min(ends)] if ends else text
-    m = _THOUGHT.search(head)
-    return (head[m.end():] if m else head).strip()
+    return read_step(text).thought
 
 
-_ANY_MARKER = re.compile(r"(?:^|\n)[ \t>*#]*(?:Thought|Action|Action[ \t]*Input|Question|Final[ \t]*Answer)[ \t*]*[:：]",
-                         re.IGNORECASE)
+def parse_action_input(text: str, tool=None) -> dict:
+    """The arguments a model wrote (see `replies.read_arguments`)."""
+    return read_arguments(text, tool)
 
 
-def parse_forced_answer(text: str) -> str:
-    """The answer written after a forced `Final Answer:`: up to the next ReAct marker."""
-    text = cut_at_observation(text)
-    m = _ANY_MARKER.search(text)
-    return (text[: m.start()] if m else text).strip()
-
-
-class ActionInputError(ValueError):
-    """The action input is not a JSON object; the message tells the model what to write."""
-
-
-_FENCE = re.compile(r"```[a-zA-Z0-9]*\s*(.*?)\s*(?:```|$)", re.DOTALL)
-_FULL_WIDTH = str.maketrans({"“": '"', "”": '"', "‘": "'", "’": "'", "：": ":", "，": ",",
-                             "｛": "{", "｝": "}", "［": "[", "］": "]"})
-MAX_ARGS_CHARS = 20_000
-
-
-def parse_action_input(text: str) -> dict:
-    """Parse the arguments a model wrote: JSON or json5, maybe fenced, maybe followed by prose."""
-    text = (text or "").strip()
-    fence = _FENCE.search(text)
-    if fence:
-        text = fence.group(1).strip()
-    if not text:
-        return {}
-    if len(text) > MAX_ARGS_CHARS:
-        raise ActionInputError(f"the Action Input is too long ({len(text)} characters)")
-    for candidate in _candidates(text):
-        try:
-            value = json.loads(candidate)
-        except ValueError:
-            try:
-                value = json5.loads(candidate)
-            except Exception:  # json5 raises several types on malformed input
-                continue
-        except RecursionError:
-            continue
-        if isinstance(value, dict):
-            return value
-        raise ActionInputError(
-            f"the Action Input must be a JSON object such as {{\"name\": \"value\"}}, not {type(value).__name__}")
-    raise ActionInputError(
-        f"the Action Input is not valid JSON: {text[:100]!r}. Write a JSON object such as "
-        '{"name": "value"} with the parameter names of the tool')
-
-
-def _candidates(text: str):
-    """The balanced {...} at the start of the text, the text itself, and full-width-normalised forms."""
-    seen = []
-    for t in (text, text.translate(_FULL_WIDTH)):
-        for c in (_balanced_object(t, t.find("{")), t):
-            if c and c not in seen:
-                seen.append(c)
-                yield c
-
-
-def _balanced_object(text: str, start: int) -> str | None:
-    """The substring from `start` ('{') to its matching '}', respecting quoted strings."""
-    if start < 0:
-        return None
-    depth, quote, escaped = 0, "", False
-    for i in range(start, len(text)):
-        ch = text[i]
-        if quote:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == quote:
-                quote = ""
-        elif ch in "\"'":
-            quote = ch
-        elif ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start: i + 1]
-    return None
+parse_forced_answer = read_forced_answer
 
 
 # --- tool output is data -------------------------------------------------------------------

@@ -47,15 +47,32 @@ def usage_of(text: str) -> dict:
     }
 
 
-def trim_at_stop(text: str, stop: Iterable[str] | None) -> str:
-    """Cut `text` before the earliest occurrence of any stop string."""
-    cut = len(text)
+def stop_index(text: str, stop: Iterable[str] | None) -> int | None:
+    """Where the earliest stop string in `text` begins, or None.
+
+    A stop string that starts with a newline means "at a line start", so it also matches at the very
+    start of the text without its newline. Stop strings inside a reasoning block (`<think>…</think>`,
+    or one still open) do not count: a model may think about an observation without ending its reply.
+    """
+    from ..replies import mask_thinking  # pure text; imported here to keep llm.base dependency-free
+
+    visible = mask_thinking(text) if "think>" in text.lower() else text
+    cut = None
     for s in stop or ():
-        if s:
-            i = text.find(s)
-            if 0 <= i < cut:
-                cut = i
-    return text[:cut]
+        if not s:
+            continue
+        i = visible.find(s)
+        if s.startswith("\n") and visible.startswith(s[1:]):
+            i = 0
+        if i >= 0 and (cut is None or i < cut):
+            cut = i
+    return cut
+
+
+def trim_at_stop(text: str, stop: Iterable[str] | None) -> str:
+    """Cut `text` before the earliest stop string (see `stop_index`)."""
+    cut = stop_index(text, stop)
+    return text if cut is None else text[:cut]
 
 
 def history_to_messages(history: Iterable | None) -> list[Message]:

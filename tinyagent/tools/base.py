@@ -201,3 +201,8 @@ def _parameters_from_signature(fn: Callable, arg_docs: dict[str, str]) -> list[d
             "schema": {"type": json_type} if json_type else {},
         })
     return params
+
+
+def invoke(tool: Tool, arguments: dict, timeout: float | None = None) -> str:
+    """Run `tool` on validated `arguments` and return its output as text (placeholder; no timeout yet)."""
+    return str(tool(**arguments))
