@@ -360,3 +360,88 @@ def test_every_step_says_what_kind_of_reply_it_was(scripted):
                                               "empty", "no_action"]
     forced = Agent(scripted([CALL_2_10, " 1024"]), tools=[Calculator()], max_turns=1).run("?")
     assert [s.kind for s in forced.steps] == ["action", "forced_answer"]
+
+
+# --- failures keep what was done; typos are refused (issue: hardening, second pass) -------------
+
+class FailingAt(BaseModel):
+    """Scripted replies, then an exception at call `at` (0-based)."""
+
+    def __init__(self, replies, error: BaseException, at: int):
+        self.replies, self.error, self.at, self.calls = list(replies), error, at, 0
+
+    def generate(self, messages, stop=None, **kwargs):
+        self.calls += 1
+        if self.calls - 1 == self.at:
+            raise self.error
+        return self.replies.pop(0)
+
+
+def test_a_model_error_ends_the_run_with_its_steps_kept(monkeypatch):
+    from tinyagent import trace
+    monkeypatch.setattr(trace, "_extra_secrets", set())
+    trace.register_secret("sk-model-secret-99")
+    calls = [f'Action: calculator\nAction Input: {{"expression": "{i}+1"}}' for i in range(2)]
+    model = FailingAt(calls, RuntimeError("HTTP 400 from server: key sk-model-secret-99\nbody"), at=2)
+    result = Agent(model, tools=[Calculator()], max_turns=5).run("count")
+    assert [s.kind for s in result.steps] == ["action", "action", "model_error"]
+    assert [s.observation for s in result.steps[:2]] == ["1", "2"]
+    assert (result.finished, result.stop_reason, result.answer) == (False, "model_error", "")
+    assert result.error == "RuntimeError: HTTP 400 from server: key [REDACTED]" == result.steps[-1].error
+
+
+def test_keyboard_interrupt_still_interrupts():
+    with pytest.raises(KeyboardInterrupt):
+        Agent(FailingAt([], KeyboardInterrupt(), at=0), tools=[Calculator()]).run("?")
+
+
+def test_stop_ends_the_run_after_the_step_in_progress(scripted):
+    model = scripted([CALL_2_10, 'Action: calculator\nAction Input: {"expression": "1+1"}', "Final Answer: x"])
+    agent = Agent(model, tools=[Calculator()])
+    agent.on_step = lambda step: agent.stop()
+    result = agent.run("?")
+    assert [s.kind for s in result.steps] == ["action"] and len(model.calls) == 1
+    assert (result.finished, result.stop_reason) == (False, "stopped")
+    agent.on_step = None
+    assert agent.run("again?").steps[0].kind == "action"  # the next run starts normally
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    ({"max_turn": 3}, "unknown keyword argument(s) max_turn"),
+    ({"temprature": 0.5}, "unknown keyword argument(s) temprature"),
+])
+def test_unknown_keyword_arguments_are_refused(scripted, kwargs, words):
+    with pytest.raises(TypeError) as e:
+        Agent(scripted([]), tools=[Calculator()], **kwargs)
+    assert words in str(e.value) and "max_turns" in str(e.value) and "max_new_tokens" in str(e.value)
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, True, None])
+def test_max_turns_must_be_at_least_one(scripted, value):
+    with pytest.raises(ValueError, match="max_turns"):
+        Agent(scripted([]), max_turns=value)
+
+
+def test_observation_mentioned_mid_line_does_not_end_the_reply(scripted):
+    result = Agent(scripted(["Thought: x\nFinal Answer: My Observation: it is 5"])).run("?")
+    assert result.answer == "My Observation: it is 5"
+
+
+def test_distill_prompt_is_bounded_and_fits_the_window(scripted):
+    @tool
+    def dump(x: str) -> str:
+        """Returns a huge page."""
+        return "word " * 200_000
+
+    class Windowed(type(scripted([]))):
+        context_window, generation_defaults = 2048, {"max_new_tokens": 256}
+
+        def count_tokens(self, messages):
+            return sum(len(m["content"]) for m in messages) // 4
+
+    model = Windowed(['Action: dump\nAction Input: {"x": "a"}', "the facts", "Final Answer: ok"])
+    result = Agent(model, tools=[dump], distill_observations=True).run("?")
+    distill_prompt = model.calls[1]["messages"][0]["content"]
+    assert model.count_tokens(model.calls[1]["messages"]) <= 2048 - 256
+    assert "more characters cut" in distill_prompt and len(result.steps[0].raw_observation) == 1_000_000
+    assert result.steps[0].observation.endswith("the facts") and result.answer == "ok"

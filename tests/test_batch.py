@@ -61,7 +61,7 @@ def test_run_many_keeps_order_and_records_the_one_failure(stub, caplog):
     assert sorted(done) == list(range(9)) and threads == {threading.main_thread().name}
     assert len({id(a) for a in made}) == 9  # a fresh agent per question
     failed = items[4]
-    assert not failed.ok and failed.result is None and failed.seconds > 0
+    assert not failed.ok and failed.result.stop_reason == "model_error" and not failed.result.finished
     assert failed.error.startswith("RequestFailed: ") and "HTTP 500" in failed.error and model.url in failed.error
     assert "\n" not in failed.error and KEY not in failed.error and KEY not in caplog.text
     for i, item in enumerate(items):

@@ -266,7 +266,7 @@ def test_reply_kind_at_the_turn_cap_with_no_answer():
     model = ScriptedModel([CALL % "1+1", CALL % "1+2", ""])
     result = Agent(model, [Calculator()], max_turns=2).run("q")
     assert [reply_kind(s, result) for s in result.steps] == ["action", "action", "no_forced_answer"]
-    assert result.stop_reason == "max_turns" and not result.finished
+    assert result.stop_reason == "no_forced_answer" and not result.finished
 
 
 def test_evaluate_records_a_crashed_run_and_redacts_secrets(monkeypatch):
@@ -412,5 +412,5 @@ def test_cli_openai_backend_runs_questions_in_parallel_over_http(tmp_path, capsy
     records = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     assert [r["id"] for r in records] == [f"q{n}" for n in range(8)]
     assert [r["success"] for r in records] == [n != 5 for n in range(8)]
-    assert "500" in records[5]["error"] and records[5]["trace"] is None
+    assert "500" in records[5]["error"] and records[5]["trace"]["stop_reason"] == "model_error"
     assert summary["n"] == 8 and summary["n_errors"] == 1 and summary["success_rate"] == 0.875

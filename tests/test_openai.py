@@ -156,7 +156,7 @@ def test_agent_calls_a_tool_and_answers_through_the_stub(stream):
     assert stub.requests[0]["headers"]["Authorization"] == f"Bearer {KEY}"
     assert result.completion_tokens == count_words(TOOL_REPLY) + count_words(FINAL_REPLY)
     if stream:
-        assert "".join(chunks) == TOOL_REPLY[:TOOL_REPLY.index("Observation:")] + FINAL_REPLY
+        assert "".join(chunks) == TOOL_REPLY[:TOOL_REPLY.index("\nObservation:")] + FINAL_REPLY
         assert not any("Obs" in c for c in chunks)
 
 

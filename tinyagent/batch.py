@@ -82,6 +82,8 @@ def _run_one(agent_factory: Callable[[], Agent], item: BatchItem, cancel: thread
         agent = agent_factory()
         agent.on_step = _stop_when(cancel, agent.on_step)
         item.result = agent.run(item.question)
+        if item.result.stop_reason == "model_error":  # the steps are kept; the error is what is reported
+            item.error = item.result.error
     except Exception as e:
         item.error = one_line_error(e)
         log.info("question %d failed: %s", item.index, item.error)

@@ -35,6 +35,8 @@ class _StderrHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         print(f"{PROG}: {record.levelname.lower()}: {redact(record.getMessage())}", file=sys.stderr, flush=True)
+        if record.exc_info and logging.getLogger("tinyagent").level <= logging.INFO:  # --verbose: traceback, redacted
+            print(redact("".join(traceback.format_exception(*record.exc_info))), file=sys.stderr, end="", flush=True)
 
 
 def setup_logging(verbose: bool = False) -> None:
@@ -197,9 +199,9 @@ def _run(args: argparse.Namespace) -> int:
         model = load_model(cfg)
         agent = configuration.build_agent(cfg, model, tools=tools, **reporter.callbacks())
         if args.command == "ask":
-            answer(agent, reporter, " ".join(args.question), chat=False)
-            return 0
-        return chat_loop(agent, reporter, interactive)
+            result = answer(agent, reporter, " ".join(args.question), chat=False)
+            return EXIT_RUNTIME if model_failed(result, args.verbose) else 0
+        return chat_loop(agent, reporter, interactive, args.verbose)
     finally:
         if trace is not None:
             trace.close()
@@ -208,7 +210,16 @@ def _run(args: argparse.Namespace) -> int:
 CHAT_HELP = "Commands: /history, /reset (forget the conversation), /exit (or Ctrl-D)."
 
 
-def chat_loop(agent, reporter: Reporter, interactive: bool) -> int:
+def model_failed(result, verbose: bool = False) -> bool:
+    """Say on stderr, in one line, that the model failed during the run (its steps were shown)."""
+    if result.stop_reason != "model_error":
+        return False
+    hint = "" if verbose else " (run with --verbose for details)"
+    print(f"{PROG}: error: {redact(result.error or 'the model failed')}{hint}", file=sys.stderr, flush=True)
+    return True
+
+
+def chat_loop(agent, reporter: Reporter, interactive: bool, verbose: bool = False) -> int:
     """Read questions line by line until EOF or /exit; the agent keeps the conversation."""
     if interactive:
         note(f"chat with {type(agent.model).__name__}. {CHAT_HELP}")
@@ -220,7 +231,7 @@ def chat_loop(agent, reporter: Reporter, interactive: bool) -> int:
         if not line:
             continue
         if not line.startswith("/"):
-            answer(agent, reporter, line)
+            model_failed(answer(agent, reporter, line), verbose)  # the conversation goes on
             continue
         command = line.split()[0].lower()
         if command in ("/exit", "/quit"):

@@ -120,7 +120,8 @@ def evaluate(
             for index, item in enumerate(suite_items):
                 t0 = time.perf_counter()
                 try:
-                    result, error = agent_factory().run(item.question), None
+                    result = agent_factory().run(item.question)
+                    error = result.error if result.stop_reason == "model_error" else None
                 except Exception as e:  # a failed run is a failed question, not a failed evaluation
                     log.info("question %s failed", item.id, exc_info=True)
                     result, error = None, one_line_error(e)

@@ -18,9 +18,12 @@ def note(message: str) -> None:
 
 
 STOP_REASONS = {
-    "no_action": "the reply had no Action and no Final Answer line: taken as the answer",
+    "no_action": "the reply had no ReAct labels: taken as the answer",
     "max_turns": "answer forced at the turn cap",
+    "no_forced_answer": "no answer even at the turn cap",
     "context_overflow": "stopped: the context window is full",
+    "model_error": "stopped: the model failed",
+    "stopped": "stopped on request",
 }
 
 

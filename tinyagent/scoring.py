@@ -118,7 +118,7 @@ def is_valid_gold(gold) -> bool:
 
 #: Reply kinds that followed the ReAct format, and those that did not.
 VALID_KINDS = ("final_answer", "action", "tool_error", "repeated_call", "forced_answer")
-FORMAT_ERROR_KINDS = ("no_action", "unknown_tool", "bad_input", "empty", "no_forced_answer")
+FORMAT_ERROR_KINDS = ("no_action", "empty", "malformed", "unknown_tool", "bad_input", "no_forced_answer")
 
 
 def reply_kind(step: Step, result: AgentResult | None = None) -> str:
@@ -126,7 +126,8 @@ def reply_kind(step: Step, result: AgentResult | None = None) -> str:
 
     Format-valid: a final answer, a call of a known tool whose input parsed and validated (whatever
     the tool then did; a repeated call is still well formed), a non-empty forced answer at the cap.
-    Format errors: no_action, unknown_tool, bad_input, empty, no_forced_answer.
+    Format errors: no_action (prose taken as the answer), empty, malformed, unknown_tool, bad_input,
+    no_forced_answer.
     """
     return step.kind
 

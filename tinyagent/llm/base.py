@@ -104,6 +104,9 @@ class BaseModel(ABC):
     context_window: int | None = None
     #: Defaults for max_new_tokens / temperature / top_p; the context budget reserves max_new_tokens.
     generation_defaults: dict = {}
+    #: The generation keywords `generate` honours (besides `on_text` and `constraint`); the Agent
+    #: refuses others, so a typo such as `temprature=0.5` is an error, not silently dropped.
+    generation_options: frozenset[str] = frozenset({"max_new_tokens", "temperature", "top_p"})
 
     @abstractmethod
     def generate(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> str:
