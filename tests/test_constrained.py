@@ -199,7 +199,7 @@ def test_no_token_may_complete_a_stop_string(tiny):
         assert "q" not in reply
         assert re.fullmatch(constrained.pattern_of(calc), str(reply))
     processor = constrained.step_processor(tiny.tokenizer, FMT, end_ids=[2], max_new_tokens=100,
-                                           stop=react.STOP_WORDS)
+                                           stop=["Observation:", "Observation："])
     ids = [1]
     for token in tiny.tokenizer("Thought: Observation", add_special_tokens=False)["input_ids"]:
         processor(torch.tensor([ids]), torch.zeros(1, len(tiny.tokenizer)))

@@ -10,7 +10,8 @@ import json
 import re
 from dataclasses import dataclass
 
-import json5
+from .arguments import FENCE, ActionInputError, balanced_object, parse_object, read_arguments, skeleton
+from .arguments import bad_input_message  # noqa: F401  (re-exported with the protocol's names)
 
 _START = r"(?:^|\n)[ \t>*#]*"  # a line start, maybe under markdown quote / heading / bold markers
 _COLON = r"[ \t*]*[:：](?:[ \t]*\*\*)?"  # `Action:`, `Action :`, `Action：`, `**Action:**`
@@ -48,10 +49,6 @@ class Reading:
     arguments: dict | None = None     # parsed arguments, not yet checked against the tool's types
     answer: str | None = None
     error: str | None = None          # for format errors: what went wrong and what to write
-
-
-class ActionInputError(ValueError):
-    """The action input cannot be read as this tool's arguments; the message tells the model what to write."""
 
 
 # --- think blocks and invented observations -----------------------------------------------------
@@ -180,7 +177,7 @@ def _read_labelled_call(reply: str, visible: str, action, given, final, tools) -
         reading.action_input = input_text or ""
         return reading
     if input_text is None:  # the input written on the action line itself: `调用 calculator，传入参数 {...}`
-        obj = _balanced_object(line, line.find("{"))
+        obj = balanced_object(line, line.find("{"))
         input_text = obj or ""
     return _with_arguments(Reading("action", text, action=tool.name_for_model, action_input=input_text), tool)
 
@@ -204,7 +201,6 @@ def _with_arguments(reading: Reading, tool) -> Reading:
 
 # --- JSON blob actions: {"action": ..., "action_input": ...} ------------------------------------
 
-_FENCE = re.compile(r"```[a-zA-Z0-9_-]*[ \t]*\n?(.*?)(?:```|$)", re.DOTALL)
 _ACTION_KEY = re.compile(r"[\"']action[\"']\s*:", re.IGNORECASE)
 _CALL_KEYS = (re.compile(r"[\"']name[\"']\s*:"), re.compile(r"[\"'](?:arguments|parameters)[\"']\s*:"))
 
@@ -220,7 +216,7 @@ def _blob_start(visible: str) -> int | None:
 
 def _read_blob(reply: str, blob_text: str, tools, text: str | None = None) -> Reading:
     text = (text if text is not None else reply).rstrip()
-    fence = _FENCE.match(blob_text.strip())
+    fence = FENCE.match(blob_text.strip())
     body = fence.group(1) if fence else blob_text
     try:
         value = parse_object(body[body.find("{"):] if "{" in body else body)
@@ -303,170 +299,7 @@ def _unknown_tool(name: str, text: str, tools) -> Reading:
                   "name on the Action line", tools, action=name)
 
 
-# --- arguments ----------------------------------------------------------------------------------
-
-MAX_ARGS_CHARS = 20_000
-_FULL_WIDTH = str.maketrans({"“": '"', "”": '"', "‘": "'", "’": "'", "：": ":", "，": ",",
-                             "｛": "{", "｝": "}", "［": "[", "］": "]"})
-
-
-def read_arguments(text: str, tool=None) -> dict:
-    """A tool's arguments from what the model wrote after `Action Input:`.
-
-    A JSON object (json5, fenced, full-width punctuation, prose after it, a missing closing brace, raw
-    newlines in strings) is the arguments. Anything else is a plain string, accepted when `tool` has
-    exactly one required parameter (or exactly one parameter).
-    """
-    text = (text or "").strip()
-    fence = _FENCE.match(text)
-    if fence:
-        text = fence.group(1).strip()
-    if not text:
-        return {}
-    if len(text) > MAX_ARGS_CHARS:
-        raise ActionInputError(f"the Action Input is too long ({len(text)} characters)")
-    if text[0] in "{｛":
-        value = parse_object(text)
-        if _copied_parameter_list(value, tool):
-            raise ActionInputError("that is the tool's parameter description, not its arguments; write the "
-                                   "values instead")
-        return value
-    if text[0] in "[［":
-        raise ActionInputError('the Action Input must be a JSON object such as {"name": "value"}, not a list')
-    param = _single_parameter(tool)
-    if param is None:
-        names = ", ".join(p["name"] for p in getattr(tool, "parameters", [])) or "none"
-        raise ActionInputError(f"the Action Input is not valid JSON: {text[:100]!r}; write a JSON object with "
-                               f"the parameter names ({names})")
-    return {param["name"]: _plain_value(text, (param.get("schema") or {}).get("type"))}
-
-
-def bad_input_message(tool, error: Exception) -> str:
-    """What a model is told when its arguments do not fit `tool`, with the form to copy."""
-    return f"bad Action Input for {tool.name_for_model}: {error}. Write: Action Input: {skeleton(tool)}"
-
-
-def _single_parameter(tool) -> dict | None:
-    params = list(getattr(tool, "parameters", None) or [])
-    required = [p for p in params if p.get("required")]
-    if len(required) == 1:
-        return required[0]
-    return params[0] if len(params) == 1 else None
-
-
-def _plain_value(text: str, json_type: str | None):
-    """A plain-string input as the value of its one parameter: quotes removed; numbers kept as
-    numbers for a numeric parameter."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = text
-    if isinstance(value, str):
-        return value
-    if json_type in ("integer", "number", "boolean") or (json_type is None and not isinstance(value, (dict, list))):
-        return value
-    return text
-
-
-def _copied_parameter_list(value: dict, tool) -> bool:
-    names = {p["name"] for p in getattr(tool, "parameters", None) or []}
-    spec_keys = {"name", "description", "required", "schema", "type"}
-    return "name" in value and len(set(value) & spec_keys) >= 2 and not set(value) <= names
-
-
-def parse_object(text: str) -> dict:
-    """A JSON object from `text`: JSON or json5, maybe followed by prose, with full-width
-    punctuation, raw newlines inside strings, or missing closing brackets."""
-    for candidate in _candidates(text):
-        for load in (lambda s: json.loads(s, strict=False), json5.loads):
-            try:
-                value = load(candidate)
-            except (ValueError, RecursionError, TypeError, OverflowError, IndexError):
-                continue
-            except Exception:  # json5 raises several types on malformed input
-                continue
-            if isinstance(value, dict):
-                return value
-            raise ActionInputError('the Action Input must be a JSON object such as {"name": "value"}, '
-                                   f"not {type(value).__name__}")
-    raise ActionInputError(f"the Action Input is not valid JSON: {text[:100]!r}. Write a JSON object such as "
-                           '{"name": "value"} with the parameter names of the tool')
-
-
-def _candidates(text: str):
-    seen = []
-    for t in (text, text.translate(_FULL_WIDTH)):
-        start = t.find("{")
-        for c in (_balanced_object(t, start), t, _closed(t[start:]) if start >= 0 else None):
-            if c and c not in seen:
-                seen.append(c)
-                yield c
-
-
-def _balanced_object(text: str, start: int) -> str | None:
-    """The substring from `start` ('{') to its matching '}', respecting quoted strings."""
-    if start < 0:
-        return None
-    depth, quote, escaped = 0, "", False
-    for i in range(start, len(text)):
-        ch = text[i]
-        if quote:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == quote:
-                quote = ""
-        elif ch in "\"'":
-            quote = ch
-        elif ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start: i + 1]
-    return None
-
-
-def _closed(text: str) -> str | None:
-    """`text` (an object cut short) with its open string and brackets closed, or None."""
-    stack, quote, escaped = [], "", False
-    for ch in text:
-        if quote:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == quote:
-                quote = ""
-        elif ch in "\"'":
-            quote = ch
-        elif ch in "{[":
-            stack.append("}" if ch == "{" else "]")
-        elif ch in "}]":
-            if not stack:
-                return None
-            stack.pop()
-    if not stack or len(stack) > 8:
-        return None
-    return text.rstrip().rstrip(",") + quote + "".join(reversed(stack))
-
-
-# --- what to write instead ----------------------------------------------------------------------
-
-_PLACEHOLDER = {"string": "...", "integer": 1, "number": 1, "boolean": True, "array": [], "object": {}}
-
-
-def skeleton(tool) -> str:
-    """A tool's Action Input as a literal JSON object with placeholder values, for a model to copy."""
-    params = list(getattr(tool, "parameters", None) or [])
-    shown = [p for p in params if p.get("required")] or params
-    values = {}
-    for p in shown:
-        schema = p.get("schema") or {}
-        values[p["name"]] = schema["enum"][0] if schema.get("enum") else _PLACEHOLDER.get(schema.get("type"), "...")
-    return json.dumps(values, ensure_ascii=False)
-
+# --- what to write instead ---
 
 def example_call(tool) -> str:
     """`Action: name` and `Action Input: {...}` for `tool`, as two lines."""

@@ -1,0 +1,180 @@
+"""A tool's arguments from what a model wrote after `Action Input:`, and the form to copy instead.
+
+Pure text in, data out: JSON objects that are almost right are repaired; a plain string goes to a
+tool's one parameter; anything else raises ActionInputError with a message for the model.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import json5
+
+FENCE = re.compile(r"```[a-zA-Z0-9_-]*[ \t]*\n?(.*?)(?:```|$)", re.DOTALL)
+
+
+class ActionInputError(ValueError):
+    """The action input cannot be read as this tool's arguments; the message tells the model what to write."""
+
+
+# --- reading arguments ----------------------------------------------------------------------------------
+
+MAX_ARGS_CHARS = 20_000
+_FULL_WIDTH = str.maketrans({"“": '"', "”": '"', "‘": "'", "’": "'", "：": ":", "，": ",",
+                             "｛": "{", "｝": "}", "［": "[", "］": "]"})
+
+
+def read_arguments(text: str, tool=None) -> dict:
+    """A tool's arguments from what the model wrote after `Action Input:`.
+
+    A JSON object (json5, fenced, full-width punctuation, prose after it, a missing closing brace, raw
+    newlines in strings) is the arguments. Anything else is a plain string, accepted when `tool` has
+    exactly one required parameter (or exactly one parameter).
+    """
+    text = (text or "").strip()
+    fence = FENCE.match(text)
+    if fence:
+        text = fence.group(1).strip()
+    if not text:
+        return {}
+    if len(text) > MAX_ARGS_CHARS:
+        raise ActionInputError(f"the Action Input is too long ({len(text)} characters)")
+    if text[0] in "{｛":
+        value = parse_object(text)
+        if _copied_parameter_list(value, tool):
+            raise ActionInputError("that is the tool's parameter description, not its arguments; write the "
+                                   "values instead")
+        return value
+    if text[0] in "[［":
+        raise ActionInputError('the Action Input must be a JSON object such as {"name": "value"}, not a list')
+    param = _single_parameter(tool)
+    if param is None:
+        names = ", ".join(p["name"] for p in getattr(tool, "parameters", [])) or "none"
+        raise ActionInputError(f"the Action Input is not valid JSON: {text[:100]!r}; write a JSON object with "
+                               f"the parameter names ({names})")
+    return {param["name"]: _plain_value(text, (param.get("schema") or {}).get("type"))}
+
+
+def bad_input_message(tool, error: Exception) -> str:
+    """What a model is told when its arguments do not fit `tool`, with the form to copy."""
+    return f"bad Action Input for {tool.name_for_model}: {error}. Write: Action Input: {skeleton(tool)}"
+
+
+def _single_parameter(tool) -> dict | None:
+    params = list(getattr(tool, "parameters", None) or [])
+    required = [p for p in params if p.get("required")]
+    if len(required) == 1:
+        return required[0]
+    return params[0] if len(params) == 1 else None
+
+
+def _plain_value(text: str, json_type: str | None):
+    """A plain-string input as the value of its one parameter: quotes removed; numbers kept as
+    numbers for a numeric parameter."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = text
+    if isinstance(value, str):
+        return value
+    if json_type in ("integer", "number", "boolean") or (json_type is None and not isinstance(value, (dict, list))):
+        return value
+    return text
+
+
+def _copied_parameter_list(value: dict, tool) -> bool:
+    names = {p["name"] for p in getattr(tool, "parameters", None) or []}
+    spec_keys = {"name", "description", "required", "schema", "type"}
+    return "name" in value and len(set(value) & spec_keys) >= 2 and not set(value) <= names
+
+
+def parse_object(text: str) -> dict:
+    """A JSON object from `text`: JSON or json5, maybe followed by prose, with full-width
+    punctuation, raw newlines inside strings, or missing closing brackets."""
+    for candidate in _candidates(text):
+        for load in (lambda s: json.loads(s, strict=False), json5.loads):
+            try:
+                value = load(candidate)
+            except Exception:  # json / json5 raise several types on malformed or deeply nested input
+                continue
+            if isinstance(value, dict):
+                return value
+            raise ActionInputError('the Action Input must be a JSON object such as {"name": "value"}, '
+                                   f"not {type(value).__name__}")
+    raise ActionInputError(f"the Action Input is not valid JSON: {text[:100]!r}. Write a JSON object such as "
+                           '{"name": "value"} with the parameter names of the tool')
+
+
+def _candidates(text: str):
+    seen = []
+    for t in (text, text.translate(_FULL_WIDTH)):
+        start = t.find("{")
+        for c in (balanced_object(t, start), t, _closed(t[start:]) if start >= 0 else None):
+            if c and c not in seen:
+                seen.append(c)
+                yield c
+
+
+def balanced_object(text: str, start: int) -> str | None:
+    """The substring from `start` ('{') to its matching '}', respecting quoted strings."""
+    if start < 0:
+        return None
+    depth, quote, escaped = 0, "", False
+    for i in range(start, len(text)):
+        ch = text[i]
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start: i + 1]
+    return None
+
+
+def _closed(text: str) -> str | None:
+    """`text` (an object cut short) with its open string and brackets closed, or None."""
+    stack, quote, escaped = [], "", False
+    for ch in text:
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]":
+            if not stack:
+                return None
+            stack.pop()
+    if not stack or len(stack) > 8:
+        return None
+    return text.rstrip().rstrip(",") + quote + "".join(reversed(stack))
+
+
+# --- the form to copy ----------------------------------------------------------------------
+
+_PLACEHOLDER = {"string": "...", "integer": 1, "number": 1, "boolean": True, "array": [], "object": {}}
+
+
+def skeleton(tool) -> str:
+    """A tool's Action Input as a literal JSON object with placeholder values, for a model to copy."""
+    params = list(getattr(tool, "parameters", None) or [])
+    shown = [p for p in params if p.get("required")] or params
+    values = {}
+    for p in shown:
+        schema = p.get("schema") or {}
+        values[p["name"]] = schema["enum"][0] if schema.get("enum") else _PLACEHOLDER.get(schema.get("type"), "...")
+    return json.dumps(values, ensure_ascii=False)
