@@ -234,6 +234,17 @@ def test_ctrl_c_shows_the_steps_so_far_keeps_the_trace_and_exits_130(use_model, 
     assert code == 130 and partial["stop_reason"] == "interrupted" and len(partial["steps"]) == 1
 
 
+def test_a_model_error_keeps_the_steps_and_the_chat_goes_on(use_model, capsys, monkeypatch):
+    use_model(Failing([SEARCH_THEN_ANSWER[0], "Final Answer: still here"], RuntimeError(f"HTTP 400 {SECRET}"), at=1))
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setattr("sys.stdin", io.StringIO("What is 6*7?\nAre you there?\n"))
+    code, out, err = run_cli(capsys, "chat", "--tools", "calculator")
+    assert code == 0 and SECRET not in out + err and "Traceback" not in err
+    assert "Observation: 42" in out and "No final answer." in out and "stopped: the model failed" in out
+    assert "tinyagent: error: RuntimeError: HTTP 400 [REDACTED] (run with --verbose for details)" in err
+    assert "Final Answer: still here" in out
+
+
 def test_runtime_and_load_failures_are_one_line_with_exit_1(use_model, capsys, monkeypatch):
     use_model(Failing(SEARCH_THEN_ANSWER, RuntimeError(f"backend exploded with {SECRET}\nsecond line"), at=0))
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
