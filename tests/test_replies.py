@@ -77,6 +77,11 @@ CALLS = [
     # JSON that is almost right
     ('Action: add\nAction Input: {"a": 2, "b": 3', "add", {"a": 2, "b": 3}),
     ('Action: search\nAction Input: {"query": "line one\nline two"}', "search", {"query": "line one\nline two"}),
+    # the prompt's parameter list copied, with the value filled in (Qwen2.5-0.5B does both)
+    ('Action: calculator\nAction Input: {"name": "expression", "description": "17 * 24", "required": true, '
+     '"schema": {"type": "string"}}', "calculator", {"expression": "17 * 24"}),
+    ('Action: calculator\nAction Input: {"expression": "3 + 6 + 9", "required": true, "schema": {"type": "string"}}',
+     "calculator", {"expression": "3 + 6 + 9"}),
     # Tool: / Tool Input: labels
     ('Tool: search\nTool Input: {"query": "x"}', "search", {"query": "x"}),
     # tool names as models write them
@@ -135,8 +140,8 @@ ERRORS = [
     ('Action: weather\nAction Input: {"city": "Paris"}', "unknown_tool",
      "unknown tool 'weather'. Valid tools: search, add, sql_db_query, python_repl, calculator"),
     ("Action: add\nAction Input: 2 and 3", "bad_input", 'Write: Action Input: {"a": 1, "b": 1}'),
-    ('Action: calculator\nAction Input: {"name": "expression", "description": "17 * 24", "required": true, '
-     '"schema": {"type": "string"}}', "bad_input", "parameter description"),
+    ('Action: calculator\nAction Input: {"name": "expression", "description": "the arithmetic expression, e.g. '
+     '2**10 or (3+6+9)*2+17", "required": true, "schema": {"type": "string"}}', "bad_input", "parameter description"),
 ]
 
 

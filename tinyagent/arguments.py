@@ -40,11 +40,7 @@ def read_arguments(text: str, tool=None) -> dict:
     if len(text) > MAX_ARGS_CHARS:
         raise ActionInputError(f"the Action Input is too long ({len(text)} characters)")
     if text[0] in "{｛":
-        value = parse_object(text)
-        if _copied_parameter_list(value, tool):
-            raise ActionInputError("that is the tool's parameter description, not its arguments; write the "
-                                   "values instead")
-        return value
+        return _from_parameter_format(parse_object(text), tool)
     if text[0] in "[［":
         raise ActionInputError('the Action Input must be a JSON object such as {"name": "value"}, not a list')
     param = _single_parameter(tool)
@@ -82,10 +78,33 @@ def _plain_value(text: str, json_type: str | None):
     return text
 
 
-def _copied_parameter_list(value: dict, tool) -> bool:
-    names = {p["name"] for p in getattr(tool, "parameters", None) or []}
-    spec_keys = {"name", "description", "required", "schema", "type"}
-    return "name" in value and len(set(value) & spec_keys) >= 2 and not set(value) <= names
+_SPEC_KEYS = {"name", "description", "required", "schema", "type"}
+
+
+def _from_parameter_format(value: dict, tool) -> dict:
+    """Arguments written in the shape of the prompt's parameter list, read as a reader would.
+
+    `{"expression": "2+2", "required": true, "schema": {...}}` keeps the parameters and drops the copied
+    keys; `{"name": "expression", "description": "2+2", ...}` puts the value where the description was.
+    A description copied unchanged from the tool is not a value: that raises.
+    """
+    params = {p["name"]: p for p in getattr(tool, "parameters", None) or []}
+    copied = (set(value) & _SPEC_KEYS) - set(params)
+    if not params or len(copied) < 2 and not (copied and set(value) - copied):
+        return value
+    if set(value) - _SPEC_KEYS:
+        return {k: v for k, v in value.items() if k not in copied}
+    name, given = value.get("name"), value.get("description")
+    if name in params and given not in (None, "") and not _is_tool_description(given, params[name]):
+        return {name: given}
+    raise ActionInputError("that is the tool's parameter description, not its arguments; write the values "
+                           "instead")
+
+
+def _is_tool_description(text, param: dict) -> bool:
+    described = param.get("description") or ""
+    texts = described.values() if isinstance(described, dict) else [described]
+    return isinstance(text, str) and text.strip().casefold() in {t.strip().casefold() for t in texts}
 
 
 def parse_object(text: str) -> dict:
