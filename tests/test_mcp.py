@@ -17,6 +17,7 @@ from tinyagent import Agent, cli, config, react
 from tinyagent import trace as tracing
 from tinyagent.config import ConfigError, load_config
 from tinyagent.tools import Calculator, ToolArgumentError, ToolError
+from tinyagent.tools import mcp as mcp_module
 from tinyagent.tools.mcp import MCPServer, MCPServerError, start_servers
 
 
@@ -99,6 +100,14 @@ def test_allow_list_and_description_cap_keep_the_prompt_small():
         assert all(len(p["description"]) <= 24 and p["description"].endswith("...") for p in only.parameters[::2])
     with pytest.raises(MCPServerError, match=r"has no tool 'now'; it has: get_current_time, convert_time"):
         MCPServer(sys.executable, TIME, tools=["now"])
+
+
+def test_many_tools_without_an_allow_list_are_a_warning(monkeypatch, caplog):
+    monkeypatch.setattr(mcp_module, "MANY_TOOLS", 1)
+    with MCPServer(sys.executable, TIME, tools=["get_current_time"]):
+        assert "offers" not in caplog.text
+    with MCPServer(sys.executable, TIME):
+        assert "mcp_server_time offers 2 tools, each ~150 prompt tokens; keep the ones you need" in caplog.text
 
 
 # --- what can go wrong in a call --------------------------------------------------------------------

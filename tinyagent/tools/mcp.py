@@ -29,6 +29,8 @@ from .mcp_tool import DESCRIPTION_CHARS, MCPTool, result_text
 log = logging.getLogger(__name__)
 
 INSTALL_HINT = "MCP servers need the mcp package: pip install 'tinyagent[mcp]'"
+#: More tools than this from one server, without a `tools` allow-list, gets a warning: the prompt grows.
+MANY_TOOLS = 12
 #: The SDK's stdio shutdown: close stdin, wait 2 s, SIGTERM the process group, wait 2 s, SIGKILL.
 CLOSE_SECONDS = 10.0
 _LIST_PAGES = 100  # a server whose tool listing never ends cannot hang the start
@@ -74,6 +76,9 @@ class MCPServer:
         try:
             listed = asyncio.run_coroutine_threadsafe(self._started(), self._loop).result(timeout + 1)
             self.tools = _select(self, listed, tools, description_chars)
+            if tools is None and len(self.tools) > MANY_TOOLS:
+                log.warning("MCP server %s offers %d tools, each ~150 prompt tokens; keep the ones you need "
+                            "with tools=[...] (`tools:` in the config)", self.label, len(self.tools))
         except MCPServerError:
             self.close()
             raise
