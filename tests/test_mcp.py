@@ -31,7 +31,10 @@ def live_children() -> set[int]:
     """Pids of this process's children that are still running (not zombies)."""
     pids = set()
     for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        pids |= {int(p) for p in (task / "children").read_text().split()}
+        try:
+            pids |= {int(p) for p in (task / "children").read_text().split()}
+        except FileNotFoundError:  # a thread that ended meanwhile (asyncio's per-child waiter threads do)
+            continue
     return {p for p in pids if running(p)}
 
 
