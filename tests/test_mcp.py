@@ -340,3 +340,22 @@ def test_tinyagent_ask_with_mcp_answers_from_the_server_and_stops_it(monkeypatch
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "tinyagent: error: agent.mcp_servers: MCP server no-such-mcp-server-xyz did not start" in done.stderr
+
+
+class Interrupted(ScriptedModel):
+    """Ctrl-C while the model writes its second reply."""
+
+    def generate(self, messages, stop=None, **kwargs):
+        if self.calls:
+            raise KeyboardInterrupt
+        return super().generate(messages, stop=stop, **kwargs)
+
+
+def test_ctrl_c_in_tinyagent_ask_exits_130_and_stops_the_server(monkeypatch, capsys):
+    model = Interrupted(['Thought: Check.\nAction: get_current_time\nAction Input: {"timezone": "Etc/UTC"}'])
+    monkeypatch.setattr(config, "build_model", lambda cfg: model)
+    before = live_children()
+    assert cli.main(["ask", "--tools", "", "--mcp", f"{sys.executable} -m mcp_server_time", "What time?"]) == 130
+    assert "Etc/UTC" in capsys.readouterr().out  # the first step ran against the server
+    assert live_children() - before == set()
+

@@ -150,20 +150,19 @@ class MCPServer:
     # --- closing -------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop the server process and the loop thread; safe to call twice, bounded in time."""
-        if self._closed:
-            return
+        """Stop the server process and the loop thread; bounded in time, safe to call again (also after
+        a Ctrl-C cut it short: the server stays on the list that is closed at exit until it is done)."""
         self._closed = True
-        _open_servers.discard(self)
-        if self._loop.is_running():
+        if self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._shut_down)
             if not self._done.wait(CLOSE_SECONDS):
                 log.warning("MCP server %s did not stop within %g s", self.label, CLOSE_SECONDS)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(CLOSE_SECONDS)
-        if not self._thread.is_alive():
+        if not self._thread.is_alive() and not self._loop.is_closed():
             self._loop.close()
         self._stderr.close()
+        _open_servers.discard(self)
 
     def _shut_down(self) -> None:
         """On the loop: end the session normally, or cancel a start that has not finished."""
