@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -111,6 +112,18 @@ def test_many_tools_without_an_allow_list_are_a_warning(monkeypatch, caplog):
         assert "offers" not in caplog.text
     with MCPServer(sys.executable, TIME):
         assert "mcp_server_time offers 2 tools, each ~150 prompt tokens; keep the ones you need" in caplog.text
+
+
+def test_constrained_decoding_patterns_come_from_the_servers_schemas(echo_server):
+    from tinyagent.llm.constrained import arguments_pattern
+
+    def fits(tool: str, arguments: str) -> bool:
+        return re.fullmatch(arguments_pattern(json.dumps(by_name(echo_server)[tool].json_schema())), arguments) is not None
+
+    assert fits("echo", '{"text": "hi"}') and fits("echo", '{"text": "hi", "times": 2}')
+    assert not fits("echo", '{"times": 2}') and not fits("echo", '{"text": "hi", "times": "2"}')
+    assert not fits("echo", '{"text": "hi", "loud": true}')
+    assert fits("pid", "{}") and fits("point", '{"x": -1, "y": 2}')
 
 
 # --- what can go wrong in a call --------------------------------------------------------------------
