@@ -263,7 +263,9 @@ def _check_backend(m: ModelConfig, where: typing.Callable[[str], str]) -> None:
 
 
 def _check_mcp_servers(specs: list[dict], where: typing.Callable[[str], str]) -> None:
-    from .tools.mcp import spec_problem  # light: the mcp SDK is imported only to start a server
+    if not specs:
+        return
+    from .tools.mcp import spec_problem  # the mcp SDK itself is imported only to start a server
 
     for i, spec in enumerate(specs):
         for value in (spec.get("env") or {}).values() if isinstance(spec, dict) else ():
