@@ -193,14 +193,14 @@ def test_scripted_episode_in_english_and_chinese(time_server):
     assert good.kind == "action" and json.loads(good.observation)["timezone"] == "Asia/Shanghai"
     assert "get_current_time" in model.calls[0]["messages"][0]["content"]
     model = ScriptedModel(['Thought: Convert it.\nAction: convert_time\nAction Input: {"source_timezone": '
-                           '"Europe/London", "time": "12:00", "target_timezone": "Asia/Tokyo"}',
+                           '"Etc/UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}',  # neither has summer time
                            "Final Answer: 21:00"])
-    result = Agent(model, time_server.tools).run("It is noon in London. What time is it in Tokyo?")
+    result = Agent(model, time_server.tools).run("It is noon UTC. What time is it in Tokyo?")
     assert result.steps[0].kind == "action" and "21:00" in result.steps[0].observation
 
 
 class KillingModel(ScriptedModel):
-    """Kills the server process `pid()` just before its reply number `at`."""
+    """Kills the server process `pid` just before its reply number `at`."""
 
     def __init__(self, replies, pid, at: int):
         super().__init__(replies)
@@ -208,7 +208,7 @@ class KillingModel(ScriptedModel):
 
     def generate(self, messages, stop=None, **kwargs):
         if len(self.calls) == self.at:
-            os.kill(self.pid(), signal.SIGKILL)
+            os.kill(self.pid, signal.SIGKILL)
         return super().generate(messages, stop=stop, **kwargs)
 
 
@@ -219,7 +219,7 @@ def test_a_server_killed_mid_run_is_an_error_observation_and_the_run_ends_normal
             'Thought: Echo.\nAction: echo\nAction Input: {"text": "one"}',
             'Thought: Again.\nAction: echo\nAction Input: {"text": "two"}',
             "Thought: I now know the final answer\nFinal Answer: one",
-        ], pid=lambda: pid, at=1)
+        ], pid=pid, at=1)
         result = Agent(model, server.tools).run("Echo twice")
     assert [s.kind for s in result.steps] == ["action", "tool_error", "final_answer"]
     assert result.steps[0].observation == "one"
