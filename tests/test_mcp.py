@@ -56,13 +56,13 @@ def no_process_remains():
 
 @pytest.fixture(scope="module")
 def time_server():
-    with MCPServer(sys.executable, TIME, timeout=20) as server:
+    with MCPServer(sys.executable, TIME) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
 def echo_server():
-    with MCPServer(sys.executable, ECHO, timeout=3) as server:
+    with MCPServer(sys.executable, ECHO) as server:
         yield server
 
 
@@ -127,8 +127,9 @@ def test_constrained_decoding_patterns_come_from_the_servers_schemas(echo_server
 
 # --- what can go wrong in a call --------------------------------------------------------------------
 
-def test_text_structured_content_and_failures(echo_server):
+def test_text_structured_content_and_failures(echo_server, monkeypatch):
     tools = by_name(echo_server)
+    monkeypatch.setattr(echo_server, "timeout", 3)  # for each call from now on (the start had the default)
     assert tools["echo"](text="hi", times=3) == "hi hi hi"
     assert json.loads(tools["point"](x=2, y=3)) == {"x": 2, "y": 3, "sum": 5}
     with pytest.raises(ToolError, match="refused: no reason"):
@@ -141,7 +142,7 @@ def test_text_structured_content_and_failures(echo_server):
 
 
 def test_a_server_that_dies_fails_each_call_and_close_leaves_no_process():
-    server = MCPServer(sys.executable, ECHO, timeout=5)
+    server = MCPServer(sys.executable, ECHO)
     tools = by_name(server)
     pid = int(tools["pid"]())
     assert running(pid)
@@ -163,15 +164,15 @@ def test_close_stops_the_server_process(echo_server):
     assert not running(pid)
 
 
-@pytest.mark.parametrize("command, words", [
-    (["no-such-mcp-server-xyz"], ["MCP server no-such-mcp-server-xyz did not start", "No such file"]),
-    ([sys.executable, "-c", "import sys; sys.exit('bad token')"], ["did not start: Connection closed",
-                                                                   "(it said: bad token)"]),
-    ([sys.executable, "-c", "import time; time.sleep(60)"], ["did not start: no answer within 1 s"]),
+@pytest.mark.parametrize("command, timeout, words", [
+    (["no-such-mcp-server-xyz"], 30, ["MCP server no-such-mcp-server-xyz did not start", "No such file"]),
+    ([sys.executable, "-c", "import sys; sys.exit('bad token')"], 30, ["did not start: Connection closed",
+                                                                       "(it said: bad token)"]),
+    ([sys.executable, "-c", "import time; time.sleep(60)"], 1, ["did not start: no answer within 1 s"]),
 ])
-def test_a_server_that_cannot_start_is_one_line(command, words):
+def test_a_server_that_cannot_start_is_one_line(command, timeout, words):
     with pytest.raises(MCPServerError) as caught:
-        MCPServer(command[0], command[1:], timeout=1)
+        MCPServer(command[0], command[1:], timeout=timeout)
     message = str(caught.value)
     assert len(message.splitlines()) == 1
     for word in words:
@@ -213,7 +214,7 @@ class KillingModel(ScriptedModel):
 
 
 def test_a_server_killed_mid_run_is_an_error_observation_and_the_run_ends_normally():
-    with MCPServer(sys.executable, ECHO, timeout=5) as server:
+    with MCPServer(sys.executable, ECHO) as server:
         pid = int(by_name(server)["pid"]())
         model = KillingModel([
             'Thought: Echo.\nAction: echo\nAction Input: {"text": "one"}',
