@@ -4,6 +4,7 @@
     python run_demo.py --config configs/internlm2-chat-1_8b.yaml  # on a GPU, as in the original notebook
     python run_demo.py --model Qwen/Qwen2.5-1.5B-Instruct         # any chat model on the hub
     SERPER_API_KEY=... python run_demo.py                         # real Google search through Serper
+    python run_demo.py --mcp "python -m mcp_server_time"          # plus the tools of an MCP server
 
 Each Thought / Action / Action Input streams as the model writes it, each Observation follows
 when the tool returns, then the final answer and a line with steps, tokens and seconds. The
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 
 from tinyagent import cli, report
-from tinyagent.config import build_agent, build_tools
+from tinyagent.config import build_agent, build_tools, close_tools
 from tinyagent.trace import TraceWriter
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "default.yaml"
@@ -44,8 +45,9 @@ def run(args: argparse.Namespace, model=None) -> int:
     """Both conversations, one agent; its history is cleared between them."""
     cfg = cli.config_from_args(args)
     tools = build_tools(cfg)
-    trace = TraceWriter(args.trace) if args.trace else None
-    with contextlib.closing(trace) if trace else contextlib.nullcontext():
+    with contextlib.ExitStack() as stack:
+        stack.callback(close_tools, tools)  # stops the MCP servers of --mcp / agent.mcp_servers
+        trace = stack.enter_context(TraceWriter(args.trace)) if args.trace else None
         reporter = report.Reporter(stream=not args.no_stream, trace=trace)
         model = model if model is not None else cli.load_model(cfg)
         agent = build_agent(cfg, model, tools=tools, **reporter.callbacks())

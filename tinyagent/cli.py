@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import logging
 import os
+import shlex
 import sys
 import time
 import traceback
@@ -63,6 +64,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-turns", type=int, metavar="N", help="tool calls before a forced answer")
     g.add_argument("--tools", metavar="LIST", help=f"comma-separated, from: {','.join(configuration.TOOL_NAMES)}")
     g.add_argument("--corpus", metavar="FILE", help="JSONL corpus for local_search")
+    g.add_argument("--mcp", action="append", metavar="'COMMAND ARGS...'", help="also use the tools of "
+                   "this MCP server (stdio); repeatable, added to the config's agent.mcp_servers")
     g.add_argument("--constrained", action=argparse.BooleanOptionalAction, help="decode only valid ReAct "
                    "steps (needs outlines; default: on for the embedded model)")
     g.add_argument("--max-new-tokens", type=int, metavar="N")
@@ -88,7 +91,22 @@ def config_from_args(args: argparse.Namespace) -> configuration.Config:
         overrides.update({k: v for k, v in model.items() if v is not None})
     elif args.base_url:
         overrides.update({"model.backend": "openai", "model.base_url": args.base_url})
+    if args.mcp:
+        overrides["agent.mcp_servers"] = configuration.load_config(path).agent.mcp_servers + [
+            mcp_server_spec(command) for command in args.mcp]
     return configuration.load_config(path, overrides)
+
+
+def mcp_server_spec(command: str) -> dict:
+    """An `agent.mcp_servers` entry from a `--mcp "COMMAND ARGS..."` value (split as a shell would)."""
+    try:
+        words = shlex.split(command)
+    except ValueError as e:
+        raise configuration.ConfigError(f"--mcp {command!r}: {e}") from None
+    if not words:
+        raise configuration.ConfigError("--mcp: give the command that starts the server, e.g. "
+                                        "--mcp 'python -m mcp_server_time'")
+    return {"command": words[0], "args": words[1:]}
 
 
 def model_label(cfg: configuration.Config) -> str:
@@ -188,8 +206,9 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     tools = configuration.build_tools(cfg)
-    trace = TraceWriter(args.trace) if args.trace else None
+    trace = None
     try:
+        trace = TraceWriter(args.trace) if args.trace else None
         if trace is not None:
             trace.write({"event": "start", "command": args.command, "version": __version__,
                          "config": cfg.to_dict()})
@@ -203,6 +222,7 @@ def _run(args: argparse.Namespace) -> int:
             return EXIT_RUNTIME if model_failed(result, args.verbose) else 0
         return chat_loop(agent, reporter, interactive, args.verbose)
     finally:
+        configuration.close_tools(tools)
         if trace is not None:
             trace.close()
 

@@ -61,7 +61,7 @@ class GenerationConfig:
 
 
 #: AgentConfig fields that choose tools; every other field is passed to `Agent(...)` as is.
-TOOL_FIELDS = ("tools", "corpus")
+TOOL_FIELDS = ("tools", "corpus", "mcp_servers")
 
 
 @dataclass
@@ -70,6 +70,7 @@ class AgentConfig:
     max_turns: int = 5
     tools: list[str] = field(default_factory=lambda: list(TOOL_NAMES))
     corpus: str | None = None        # JSONL file for local_search
+    mcp_servers: list[dict] = field(default_factory=list)  # [{command, args, env, timeout, tools}]
     max_observation_chars: int | None = 4000
     llm_fallback: bool = False           # offer the model itself as a tool when no tool fits
     distill_observations: bool = False   # have the model shorten long observations
@@ -199,7 +200,8 @@ def _fits(value, hint) -> bool:
 
 def _describe(hint) -> str:
     names = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
-             type(None): "null", list[str]: "a list of strings"}
+             type(None): "null", list[str]: "a list of strings",
+             list[dict]: "a list of mappings"}
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         return " or ".join(_describe(arg) for arg in typing.get_args(hint))
     return names.get(hint, str(hint))
@@ -239,6 +241,7 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
         _fail(where, "agent.tools", f"a tool is listed twice: {a.tools}")
     if a.corpus is not None and not Path(a.corpus).expanduser().is_file():
         _fail(where, "agent.corpus", f"no such file: {a.corpus}")
+    _check_mcp_servers(a.mcp_servers, where)
     _check_backend(m, where)
 
 
@@ -257,6 +260,19 @@ def _check_backend(m: ModelConfig, where: typing.Callable[[str], str]) -> None:
             _fail(where, "model.base_url", f"{m.base_url!r} is not an http(s) URL")
         if not m.name:
             _fail(where, "model.name", "backend openai needs the served model name")
+
+
+def _check_mcp_servers(specs: list[dict], where: typing.Callable[[str], str]) -> None:
+    if not specs:
+        return
+    from .tools.mcp import spec_problem  # the mcp SDK itself is imported only to start a server
+
+    for i, spec in enumerate(specs):
+        for value in (spec.get("env") or {}).values() if isinstance(spec, dict) else ():
+            register_secret(value if isinstance(value, str) else None)  # before any error or trace shows it
+        problem = spec_problem(spec)
+        if problem:
+            _fail(where, "agent.mcp_servers", f"entry {i + 1}: {problem}")
 
 
 def _looks_local(path: str) -> bool:
@@ -341,7 +357,10 @@ def select_tools(cfg: Config, env: typing.Mapping[str, str] | None = None) -> tu
 
 
 def build_tools(cfg: Config):
-    """Tool instances for the config (see `select_tools`); the notice, if any, is logged."""
+    """Tool instances for the config (see `select_tools`); the notice, if any, is logged.
+
+    MCP servers in `agent.mcp_servers` are started here; `close_tools` stops them.
+    """
     from . import tools
 
     names, notice = select_tools(cfg)
@@ -360,7 +379,21 @@ def build_tools(cfg: Config):
                 built.append(LocalSearch(corpus_path=cfg.agent.corpus))
             except (ValueError, OSError) as e:
                 raise ConfigError(f"agent.corpus: {str(e).strip().splitlines()[0]}") from None
+    if cfg.agent.mcp_servers:
+        from .tools.mcp import MCPServerError, start_servers
+
+        try:
+            built += start_servers(cfg.agent.mcp_servers, taken=built)
+        except MCPServerError as e:
+            raise ConfigError(f"agent.mcp_servers: {e}") from None
     return built
+
+
+def close_tools(tools: list) -> None:
+    """Stop the MCP servers behind `tools` (`build_tools` started them)."""
+    servers = {id(s): s for s in (getattr(t, "server", None) for t in tools) if s is not None}
+    for server in servers.values():
+        server.close()
 
 
 def build_agent(cfg: Config, model=None, tools: list | None = None, **agent_kwargs):

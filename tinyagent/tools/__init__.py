@@ -7,4 +7,14 @@ from .llm_tool import LLMTool
 from .local_search import CorpusError, LocalSearch
 
 __all__ = ["Tool", "FunctionTool", "ToolError", "ToolArgumentError", "tool", "Calculator", "GoogleSearch",
-           "LocalSearch", "CorpusError", "DocstoreSearch", "DocstoreLookup", "docstore_tools", "LLMTool"]
+           "LocalSearch", "CorpusError", "DocstoreSearch", "DocstoreLookup", "docstore_tools", "LLMTool",
+           "MCPServer", "MCPServerError"]
+
+
+def __getattr__(name: str):
+    """MCPServer on first use: its module brings asyncio, which `import tinyagent` does not need."""
+    if name in ("MCPServer", "MCPServerError"):
+        from . import mcp
+
+        return getattr(mcp, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,78 @@
+"""One MCP tool as a `Tool`: its name, description and input schema for the prompt, the argument
+check and constrained decoding; its `tools/call` result as the text of an observation."""
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from .base import Tool
+
+if TYPE_CHECKING:
+    from .mcp import MCPServer
+
+#: Tool and parameter descriptions longer than this are cut, so many tools still fit the prompt.
+DESCRIPTION_CHARS = 300
+
+
+class MCPTool(Tool):
+    """One tool of an MCP server, described by the server's name, description and input schema."""
+
+    def __init__(self, server: MCPServer, spec, description_chars: int = DESCRIPTION_CHARS):
+        self.server = server
+        self.name_for_model = spec.name
+        annotations = getattr(spec, "annotations", None)
+        self.name_for_human = spec.title or getattr(annotations, "title", None) or spec.name
+        self.description_for_model = _shorten(spec.description or "", description_chars)
+        self.input_schema = dict(spec.input_schema or {})
+        self.parameters = _parameters(self.input_schema, description_chars)
+
+    def call(self, **kwargs) -> str:
+        return self.server.call_tool(self.name_for_model, kwargs)
+
+    def json_schema(self) -> dict:
+        """The server's own input schema (richer than `parameters`), closed to other keys unless it says so."""
+        schema = {k: v for k, v in self.input_schema.items() if k not in ("title", "description", "$schema")}
+        return {"type": "object", "properties": {}, "additionalProperties": False, **schema}
+
+    def __repr__(self) -> str:
+        return f"<tool {self.name_for_model} of MCP server {self.server.label}>"
+
+
+def result_text(result) -> str:
+    """A `tools/call` result as text: its text parts joined, structured content as JSON when there is no text."""
+    parts = []
+    for block in result.content or []:
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            parts.append(block.text)
+        elif kind == "resource":
+            resource = block.resource
+            parts.append(getattr(resource, "text", None) or f"[resource {resource.uri}]")
+        elif kind == "resource_link":
+            parts.append(f"[resource {block.uri}]")
+        else:  # image, audio: the model reads text only
+            parts.append(f"[{kind} {getattr(block, 'mime_type', '')}]".replace(" ]", "]"))
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False))
+    return "\n".join(parts)
+
+
+def _parameters(schema: dict, chars: int) -> list[dict]:
+    """`Tool.parameters` from a JSON schema's properties, compact enough for the prompt."""
+    required = set(schema.get("required") or [])
+    params = []
+    for name, prop in (schema.get("properties") or {}).items():
+        prop = prop if isinstance(prop, dict) else {}
+        shown = {k: v for k, v in prop.items() if k not in ("title", "description")}
+        if not isinstance(shown.get("type"), str):  # a list of types: left to the server to check
+            shown.pop("type", None)
+        if len(json.dumps(shown, ensure_ascii=False)) > chars:
+            shown = {"type": shown["type"]} if "type" in shown else {}
+        params.append({"name": name, "description": _shorten(prop.get("description") or "", chars),
+                       "required": name in required, "schema": shown})
+    return params
+
+
+def _shorten(text: str, chars: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= chars else text[: chars - 3].rstrip() + "..."
