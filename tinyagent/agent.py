@@ -149,7 +149,7 @@ class Agent:
     def add_tool(self, t: Tool | Callable) -> None:
         t = t if isinstance(t, Tool) else make_tool(t)
         if t.name_for_model in self.tools:
-            raise ValueError(f"two tools are named {t.name_for_model!r}")
+            raise ValueError(f"two tools are named {t.name_for_model!r}: {self.tools[t.name_for_model]!r} and {t!r}")
         self.tools[t.name_for_model] = t
 
     # --- the TinyAgent vocabulary ---------------------------------------------------------
