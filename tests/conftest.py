@@ -5,6 +5,14 @@ import pytest
 
 from tinyagent import BaseModel, Completion
 from tinyagent.llm import trim_at_stop
+from tinyagent.trace import secret_scope
+
+
+@pytest.fixture(autouse=True)
+def forget_registered_secrets():
+    """Secrets a test registers (keys passed to tools and models) are forgotten after it."""
+    with secret_scope():
+        yield
 
 
 class ScriptedModel(BaseModel):

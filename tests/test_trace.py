@@ -1,11 +1,15 @@
 """Traces are JSON lines with every secret redacted."""
 from __future__ import annotations
 
+import io
 import json
+import logging
+
+import pytest
 
 from tinyagent import Agent
-from tinyagent.tools import Calculator
-from tinyagent.trace import REDACTED, TraceWriter, dumps, redact, register_secret
+from tinyagent.tools import Calculator, GoogleSearch
+from tinyagent.trace import REDACTED, TraceWriter, dumps, redact, register_secret, secret_scope, secrets
 
 
 def test_redact_env_and_registered_secrets(monkeypatch):
@@ -17,7 +21,87 @@ def test_redact_env_and_registered_secrets(monkeypatch):
 
 def test_short_or_empty_values_are_not_secrets(monkeypatch):
     monkeypatch.setenv("SERPER_API_KEY", "")
-    assert redact("nothing to hide") == "nothing to hide"
+    monkeypatch.setenv("OPENAI_API_KEY", "abc")
+    for value in ("", None, "x", "key"):
+        register_secret(value)
+    assert secrets() == []
+    assert redact("a key, abc and x: nothing to hide") == "a key, abc and x: nothing to hide"
+    register_secret("abcd")  # four characters is the shortest secret
+    assert redact("abcdef") == f"{REDACTED}ef"
+
+
+def test_secret_scope_forgets_what_was_registered_inside():
+    register_secret("outer-secret-1")
+    with secret_scope():
+        register_secret("inner-secret-2")
+        assert redact("inner-secret-2 outer-secret-1") == f"{REDACTED} {REDACTED}"
+    assert redact("inner-secret-2 outer-secret-1") == f"inner-secret-2 {REDACTED}"
+
+
+def test_a_key_passed_to_a_tool_is_a_secret():
+    GoogleSearch(api_key="serper-arg-key-31337")
+    assert redact("echo serper-arg-key-31337") == f"echo {REDACTED}"
+
+
+# --- logs: every tinyagent logger, through a user's own handler ----------------------------------
+
+KEY = "sk-logged-key-8d2f61"
+
+
+@pytest.fixture
+def user_log():
+    """A plain StreamHandler + Formatter on the root logger, as a library user would set up."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    register_secret(KEY)
+    yield stream
+    root.removeHandler(handler)
+
+
+@pytest.mark.parametrize("name", ["tinyagent", "tinyagent.agent", "tinyagent.some.new_module"])
+def test_log_messages_arguments_and_tracebacks_are_redacted(user_log, name):
+    log = logging.getLogger(name)
+    log.warning("key in the message " + KEY)
+    log.warning("key in an argument %s and %r", KEY, {"k": KEY})
+    log.warning("key split across arguments %s%s", KEY[:6], KEY[6:])
+    log.warning("an exception argument: %s", ValueError(f"rejected {KEY}"))
+    try:
+        raise RuntimeError(f"the server said: bad key {KEY}")
+    except RuntimeError:
+        log.warning("tool raised", exc_info=True)
+        log.exception("again, through log.exception")
+    text = user_log.getvalue()
+    assert KEY not in text
+    assert text.count(REDACTED) == 7 and text.count(f"{name} WARNING") == 5
+    assert text.count("Traceback (most recent call last)") == 2
+    assert f"RuntimeError: the server said: bad key {REDACTED}" in text
+
+
+def test_a_handler_formatting_the_exception_itself_gets_the_redacted_text(user_log):
+    """exc_info stays on the record (formatters see an exception) but its text is the redacted one."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    log = logging.getLogger("tinyagent.tools")
+    log.addHandler(handler)
+    try:
+        try:
+            raise KeyError(KEY)
+        except KeyError:
+            log.error("failed", exc_info=True)
+    finally:
+        log.removeHandler(handler)
+    (record,) = records
+    assert record.exc_info is not None and KEY not in record.exc_text
+    assert KEY not in logging.Formatter().format(record)
+
+
+def test_other_loggers_are_left_alone(user_log):
+    logging.getLogger("someone.else").warning("not ours: %s", KEY)
+    assert KEY in user_log.getvalue()
 
 
 def test_trace_writer_writes_one_redacted_line_per_step(tmp_path, scripted, monkeypatch):

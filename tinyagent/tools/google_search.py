@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from ..http import RequestFailed, json_body, post_json
+from ..trace import register_secret
 from .base import Tool, ToolError
 
 SERPER_URL = "https://google.serper.dev/search"
@@ -30,6 +31,7 @@ class GoogleSearch(Tool):
                  max_retries: int = 2, num_results: int = 5, gl: str | None = None,
                  hl: str | None = None, backoff: float = 0.5):
         self._api_key = api_key
+        register_secret(api_key)  # a server may echo it back into results, traces and prompts
         self.endpoint = endpoint or os.environ.get(ENDPOINT_ENV) or SERPER_URL
         self.timeout = timeout
         self.max_retries = max_retries
