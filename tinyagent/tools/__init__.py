@@ -1,13 +1,13 @@
 """Tools the agent can call. Each describes itself for the prompt and validates its arguments."""
-from .base import FunctionTool, Tool, ToolArgumentError, ToolError, tool
+from .base import FunctionTool, Tool, ToolArgumentError, ToolError, ToolTimeout, invoke, tool
 from .calculator import Calculator
 from .docstore import DocstoreLookup, DocstoreSearch, docstore_tools
 from .google_search import GoogleSearch
 from .llm_tool import LLMTool
 from .local_search import CorpusError, LocalSearch
 
-__all__ = ["Tool", "FunctionTool", "ToolError", "ToolArgumentError", "tool", "Calculator", "GoogleSearch",
-           "LocalSearch", "CorpusError", "DocstoreSearch", "DocstoreLookup", "docstore_tools", "LLMTool",
+__all__ = ["Tool", "FunctionTool", "ToolError", "ToolArgumentError", "ToolTimeout", "invoke", "tool",
+           "Calculator", "GoogleSearch", "LocalSearch", "CorpusError", "DocstoreSearch", "DocstoreLookup", "docstore_tools", "LLMTool",
            "MCPServer", "MCPServerError"]
 
 

@@ -1,23 +1,18 @@
 """Tools: self-describing callables the agent offers to the model."""
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import inspect
+import json
 import re
-import types
+import threading
 import typing
 from collections.abc import Callable
 
-Text = str | dict  # a plain string, or {"en": ..., "zh": ...}
+from . import schema as _schema
 
-_JSON_TYPES: dict[type, str] = {
-    str: "string",
-    int: "integer",
-    float: "number",
-    bool: "boolean",
-    list: "array",
-    tuple: "array",
-    dict: "object",
-}
+Text = str | dict  # a plain string, or {"en": ..., "zh": ...}
 
 
 class ToolError(Exception):
@@ -26,6 +21,10 @@ class ToolError(Exception):
 
 class ToolArgumentError(ToolError):
     """The model's arguments do not fit the tool's parameters."""
+
+
+class ToolTimeout(ToolError):
+    """The tool did not answer within the agent's `tool_timeout`."""
 
 
 def localized(text: Text, lang: str) -> str:
@@ -53,10 +52,11 @@ class Tool:
     repeatable: bool = False
 
     def call(self, **kwargs) -> str:
+        """Do the work with validated arguments; may return str, dict / list (sent as JSON) or an awaitable."""
         raise NotImplementedError
 
     def __call__(self, **kwargs) -> str:
-        return str(self.call(**self.validate(kwargs)))
+        return run(self, self.validate(kwargs))
 
     def human_name(self, lang: str = "en") -> str:
         return localized(self.name_for_human, lang) or self.name_for_model
@@ -88,30 +88,77 @@ class Tool:
         missing = [n for n, p in known.items() if p.get("required") and n not in args]
         if missing:
             raise ToolArgumentError(f"missing required parameter(s): {', '.join(map(repr, missing))}")
-        out = {}
-        for name, value in args.items():
-            expected = (known[name].get("schema") or {}).get("type")
-            out[name] = _check_type(name, value, expected)
-        return out
+        try:
+            return {name: _schema.check(name, value, known[name].get("schema") or {})
+                    for name, value in args.items()}
+        except ValueError as e:
+            raise ToolArgumentError(str(e)) from None
 
 
-def _check_type(name: str, value, expected: str | None):
-    if expected is None:
-        return value
-    ok = {
-        "string": lambda v: isinstance(v, str),
-        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool)
-        or isinstance(v, float) and v.is_integer(),
-        "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-        "boolean": lambda v: isinstance(v, bool),
-        "array": lambda v: isinstance(v, list),
-        "object": lambda v: isinstance(v, dict),
-    }.get(expected, lambda v: True)
-    if not ok(value):
-        raise ToolArgumentError(
-            f"parameter {name!r} must be of type {expected}, got {type(value).__name__} {value!r:.60}"
-        )
-    return int(value) if expected == "integer" else value
+# --- calling -----------------------------------------------------------------------------------
+
+def run(tool: Tool, arguments: dict) -> str:
+    """Call `tool` with already validated `arguments`: await an async result, serialise it as text."""
+    result = tool.call(**arguments)
+    if inspect.isawaitable(result):
+        result = _wait_for(result, tool.name_for_model)
+    return serialise(result)
+
+
+def serialise(result) -> str:
+    """A tool result as observation text: str as is, dict / list / tuple as JSON, anything else str()."""
+    if isinstance(result, str):
+        return result
+    if isinstance(result, (dict, list, tuple)):
+        return json.dumps(result, ensure_ascii=False, default=str)
+    return str(result)
+
+
+def _wait_for(awaitable, tool_name: str):
+    """The result of `awaitable`, in a fresh event loop; in a thread of its own if this one runs a loop."""
+    async def main():
+        return await awaitable
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(main())
+    return _in_thread(lambda: asyncio.run(main()), None, tool_name)
+
+
+def invoke(tool: Tool, arguments: dict, timeout: float | None = None) -> str:
+    """`run(tool, arguments)`, giving up after `timeout` seconds (None: wait as long as it takes).
+
+    The call runs in a daemon worker thread, so a tool that hangs costs that thread, not the run
+    (Python cannot stop a thread); ToolTimeout says so. The tool's own exceptions pass through.
+    """
+    if timeout is None:
+        return run(tool, arguments)
+    if timeout <= 0:
+        raise ValueError(f"timeout must be a positive number of seconds or None, not {timeout}")
+    return _in_thread(lambda: run(tool, arguments), timeout, tool.name_for_model)
+
+
+def _in_thread(fn: Callable, timeout: float | None, tool_name: str):
+    """fn() in a daemon thread; its result or its exception, or ToolTimeout after `timeout` seconds."""
+    done = threading.Event()
+    outcome: dict = {}
+
+    def work() -> None:
+        try:
+            outcome["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller, who re-raises it
+            outcome["error"] = e
+        finally:
+            done.set()
+
+    context = contextvars.copy_context()  # the caller's context variables, as a direct call would see
+    threading.Thread(target=context.run, args=(work,), name=f"tinyagent tool {tool_name}", daemon=True).start()
+    if not done.wait(timeout):
+        raise ToolTimeout(f"the tool {tool_name} did not answer within {timeout:g} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 class FunctionTool(Tool):
@@ -124,10 +171,14 @@ class FunctionTool(Tool):
         self.name_for_model = name or fn.__name__
         self.name_for_human = name_for_human or self.name_for_model.replace("_", " ").title()
         self.description_for_model = description or summary
-        self.parameters = _parameters_from_signature(fn, arg_docs)
+        self.parameters, self._converters = _parameters_from_signature(fn, arg_docs)
         self.__doc__ = fn.__doc__
 
-    def call(self, **kwargs) -> str:
+    def call(self, **kwargs):
+        """The function with its arguments as it typed them (Enum members, not their values)."""
+        for name, convert in self._converters.items():
+            if name in kwargs:
+                kwargs[name] = convert(kwargs[name])
         return self.fn(**kwargs)
 
     def __repr__(self) -> str:
@@ -176,33 +227,21 @@ def _indent(line: str) -> int:
     return len(line) - len(line.lstrip())
 
 
-def _json_type(annotation) -> str | None:
-    """JSON schema type of a Python annotation (Optional[X] and X | None map to X)."""
-    if annotation is inspect.Parameter.empty:
-        return None
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        inner = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return _json_type(inner[0]) if len(inner) == 1 else None
-    return _JSON_TYPES.get(origin or annotation)
-
-
-def _parameters_from_signature(fn: Callable, arg_docs: dict[str, str]) -> list[dict]:
-    params = []
+def _parameters_from_signature(fn: Callable, arg_docs: dict[str, str]) -> tuple[list[dict], dict[str, Callable]]:
+    """The parameter list for the prompt, and a converter for each parameter that needs one."""
+    params, converters = [], {}
     hints = typing.get_type_hints(fn)
     for p in inspect.signature(fn).parameters.values():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
-        json_type = _json_type(hints.get(p.name, p.annotation))
+        annotation = hints.get(p.name, p.annotation)
         params.append({
             "name": p.name,
             "description": arg_docs.get(p.name, ""),
             "required": p.default is inspect.Parameter.empty,
-            "schema": {"type": json_type} if json_type else {},
+            "schema": _schema.schema_of(annotation),
         })
-    return params
-
-
-def invoke(tool: Tool, arguments: dict, timeout: float | None = None) -> str:
-    """Run `tool` on validated `arguments` and return its output as text (placeholder; no timeout yet)."""
-    return str(tool(**arguments))
+        convert = _schema.converter(annotation)
+        if convert is not None:
+            converters[p.name] = convert
+    return params, converters
