@@ -265,3 +265,14 @@ def test_guided_decoding_for_vllm_servers(tmp_path):
     assert model.guided_decoding == "structured_outputs"
     with pytest.raises(ConfigError, match="model.guided_decoding"):
         load_config(None, {"model.guided_decoding": "grammar"})
+
+
+def test_guided_decoding_without_outlines_fails_at_config_load(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "outlines_core" else real(name, *a))
+    overrides = {"model.backend": "openai", "model.base_url": "http://127.0.0.1:1/v1", "model.name": "m"}
+    with pytest.raises(ConfigError, match=r"^model.guided_decoding: .*pip install 'tinyagent\[constrained\]'$"):
+        load_config(None, {**overrides, "model.guided_decoding": "structured_outputs"})
+    assert load_config(None, overrides).model.guided_decoding is None

@@ -176,10 +176,10 @@ def test_sampling_is_used_when_temperature_is_positive(no_reuse):
     assert samples != {greedy} and len(samples) > 1
 
 
-def test_unknown_option_is_ignored_with_a_warning(model, caplog):
-    with caplog.at_level("WARNING"):
+def test_unknown_option_is_rejected_with_the_valid_ones(model):
+    with pytest.raises(TypeError, match=r"HFChatModel.generate\(\) got unknown keyword argument\(s\) 'seed'; "
+                                        r"valid: constraint, max_new_tokens, on_text, temperature, top_p$"):
         model.generate(QUESTION, max_new_tokens=2, seed=3)
-    assert "'seed'" in caplog.text
 
 
 # --- streaming ---------------------------------------------------------------------------
@@ -289,17 +289,44 @@ def test_cache_is_dropped_after_a_failed_call(model, no_reuse):
     assert out == no_reuse.generate(scratch("Thought: a"), max_new_tokens=5)
 
 
-def test_concurrent_calls_are_serialised(model, no_reuse):
-    prompts = [scratch(f"Thought: step {i}") for i in range(4)]
+def test_concurrent_calls_are_serialised(model, no_reuse, monkeypatch):
+    """Two threads share one model (and its KV cache); the second may not start until the first is done.
+
+    The first call, once inside generation, waits for a second call to join it there. With the lock
+    none can (the wait ends after its timeout); without it one always does, so the check is not luck.
+    """
+    prompts = [scratch(f"Thought: step {i}") for i in range(2)]
     expected = [str(no_reuse.generate(p, max_new_tokens=6)) for p in prompts]
+    inside, most_inside, lock = 0, 0, threading.Lock()
+    first_inside, second_inside = threading.Event(), threading.Event()
+    real_run = model._run
+
+    def run(*args, **kwargs):
+        nonlocal inside, most_inside
+        with lock:
+            inside += 1
+            most_inside = max(most_inside, inside)
+            (second_inside if first_inside.is_set() else first_inside).set()
+        try:
+            if not second_inside.is_set():
+                second_inside.wait(timeout=2.0)
+            return real_run(*args, **kwargs)
+        finally:
+            with lock:
+                inside -= 1
+
+    monkeypatch.setattr(model, "_run", run)
     results: dict[int, str] = {}
 
     def call(i):
         results[i] = str(model.generate(prompts[i], max_new_tokens=6))
 
-    threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
+    threads = [threading.Thread(target=call, args=(0,))]
+    threads[0].start()
+    assert first_inside.wait(timeout=60)
+    threads.append(threading.Thread(target=call, args=(1,)))
+    threads[1].start()
     for t in threads:
         t.join()
-    assert [results[i] for i in range(4)] == expected
+    assert most_inside == 1
+    assert [results[i] for i in range(2)] == expected

@@ -188,10 +188,32 @@ def test_generation_defaults_and_per_call_settings_reach_the_request():
     assert (first["max_tokens"], first["temperature"], first["top_p"]) == (100, 0.7, 0.9)
     assert (second["max_tokens"], second["temperature"], second["top_p"]) == (5, 0.0, 0.9)
     assert second["stop"] == ["a", "b", "c", "d"] and "stop" not in first
-    with pytest.raises(TypeError, match="max_length"):
+    with pytest.raises(TypeError, match=r"__init__\(\) got unknown keyword argument\(s\) 'max_length'; "
+                                        r"valid: max_new_tokens, temperature, top_p$"):
         OpenAIChatModel("http://x/v1", "m", max_length=5)
     with pytest.raises(ValueError, match="scratchpad"):
         OpenAIChatModel("http://x/v1", "m", scratchpad="prefix")
+
+
+def test_unknown_generation_keywords_are_rejected_before_any_request():
+    with OpenAIStub("Final Answer: ok") as stub:
+        model = stub_model(stub)
+        with pytest.raises(TypeError, match=r"generate\(\) got unknown keyword argument\(s\) 'max_tokens', 'seed'; "
+                                            r"valid: constraint, max_new_tokens, on_text, temperature, top_p$"):
+            model.generate(USER, max_tokens=5, seed=1)
+        assert stub.requests == []
+        model.generate(USER, max_new_tokens=5, on_text=None, constraint=None)  # what the agent passes
+    assert len(stub.requests) == 1
+
+
+def test_guided_decoding_without_outlines_fails_when_set(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "outlines_core" else real(name, *a))
+    with pytest.raises(ImportError, match=r"pip install 'tinyagent\[constrained\]'"):
+        OpenAIChatModel("http://x/v1", "m", guided_decoding="guided_regex")
+    assert OpenAIChatModel("http://x/v1", "m").guided_decoding is None  # unset: nothing needed
 
 
 def test_stop_strings_the_server_returns_are_trimmed_even_past_the_fourth():

@@ -95,7 +95,8 @@ class BaseModel(ABC):
     assistant message the model continues it (the agent's scratchpad) instead of starting a
     new turn. The text ends before the first stop string. Keyword arguments the agent may
     pass, all optional for a subclass to honour: `max_new_tokens`, `temperature`, `top_p`,
-    `on_text` (a callback receiving text as it is generated).
+    `on_text` (a callback receiving text as it is generated), `constraint` (the step format).
+    Backends call `check_generation_options` so a misspelt setting is an error, not ignored.
     """
 
     #: Tokens of this model's chat template that must not appear literally in tool output.
@@ -104,13 +105,23 @@ class BaseModel(ABC):
     context_window: int | None = None
     #: Defaults for max_new_tokens / temperature / top_p; the context budget reserves max_new_tokens.
     generation_defaults: dict = {}
-    #: The generation keywords `generate` honours (besides `on_text` and `constraint`); the Agent
-    #: refuses others, so a typo such as `temprature=0.5` is an error, not silently dropped.
+    #: The generation keywords `generate` honours (besides AGENT_OPTIONS); the Agent and the
+    #: backends refuse others, so a typo such as `temprature=0.5` is an error, not silently dropped.
     generation_options: frozenset[str] = frozenset({"max_new_tokens", "temperature", "top_p"})
+    #: Keywords the agent may pass to any backend's `generate`, beyond the generation settings.
+    AGENT_OPTIONS = frozenset({"on_text", "constraint"})
 
     @abstractmethod
     def generate(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> str:
         """Return the model's next text for `messages`, ending before the first stop string."""
+
+    def check_generation_options(self, options, where: str = "generate", agent_options: bool = True) -> None:
+        """Raise TypeError naming the valid keywords when `options` holds one this backend does not know."""
+        valid = self.generation_options | (self.AGENT_OPTIONS if agent_options else frozenset())
+        unknown = sorted(set(options) - valid)
+        if unknown:
+            raise TypeError(f"{type(self).__name__}.{where}() got unknown keyword argument(s) "
+                            f"{', '.join(map(repr, unknown))}; valid: {', '.join(sorted(valid))}")
 
     def chat(
         self, prompt: str, history: list | None = None, meta_instruction: str = ""

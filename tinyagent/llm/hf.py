@@ -122,7 +122,6 @@ class HFChatModel(BaseModel):
         self._lock = threading.Lock()
         self._cache = None
         self._cache_ids: list[int] = []
-        self._warned: set[str] = set()
         self._stop_cache: dict[tuple[str, ...], object] = {}
 
     def _end_token_ids(self) -> list[int]:
@@ -181,9 +180,7 @@ class HFChatModel(BaseModel):
         `constraint` (a `react.StepFormat`) keeps the reply in that format (needs outlines, see
         `llm.constrained`); the compiled automaton is cached, its per-call state is not.
         """
-        for key in ignored.keys() - self._warned:
-            self._warned.add(key)
-            log.warning("%s ignores the generate option %r", type(self).__name__, key)
+        self.check_generation_options(ignored)
         stop = [s for s in stop or () if s]
         config = self._generation_config(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
         if constraint is not None:

@@ -17,6 +17,7 @@ Without `guided_decoding` the reply is not constrained, and a warning says so.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -36,7 +37,6 @@ log = logging.getLogger(__name__)
 
 SCRATCHPAD_MODES = ("continue", "fold")
 GUIDED_DECODING_FIELDS = ("structured_outputs", "guided_regex")
-GENERATION_KEYS = ("max_new_tokens", "temperature", "top_p")
 #: OpenAI's own API accepts at most 4 stop strings; any further ones are applied here only.
 MAX_SERVER_STOPS = 4
 
@@ -73,9 +73,9 @@ class OpenAIChatModel(BaseModel):
         if guided_decoding not in (None, *GUIDED_DECODING_FIELDS):
             raise ValueError(f"guided_decoding must be None or one of {GUIDED_DECODING_FIELDS}, "
                              f"not {guided_decoding!r}")
-        unknown = sorted(set(generation_defaults) - set(GENERATION_KEYS))
-        if unknown:
-            raise TypeError(f"unknown generation settings {unknown}; expected some of {list(GENERATION_KEYS)}")
+        if guided_decoding is not None:
+            require_regex_engine()
+        self.check_generation_options(generation_defaults, where="__init__", agent_options=False)
         self.base_url = base_url.rstrip("/")
         self.url = f"{self.base_url}/chat/completions"
         self.model = model
@@ -132,7 +132,8 @@ class OpenAIChatModel(BaseModel):
 
     def build_payload(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> dict:
         """The request body for `messages`: the scratchpad placed per `self.scratchpad`, settings applied."""
-        settings = {**self.generation_defaults, **{k: v for k, v in kwargs.items() if k in GENERATION_KEYS}}
+        self.check_generation_options(kwargs, where="generate")
+        settings = {**self.generation_defaults, **{k: v for k, v in kwargs.items() if k in self.generation_options}}
         chat = [{"role": m["role"], "content": m["content"]} for m in messages]
         payload: dict = {"model": self.model}
         if chat and chat[-1]["role"] == "assistant":
@@ -267,6 +268,17 @@ class OpenAIChatModel(BaseModel):
             reason = f"no data for {self.timeout:g}s (timeout)" if timed_out else type(e).__name__
             raise RequestFailed(f"the stream from {self.url} broke off after {received()} characters: {reason}",
                                 retryable=True) from None
+
+
+def require_regex_engine() -> None:
+    """Raise ImportError with the install command when guided decoding cannot build its regex (no outlines).
+
+    Checked when `guided_decoding` is set, so a missing extra fails at start, not at the first step.
+    """
+    if importlib.util.find_spec("outlines_core") is None:
+        from .constrained import INSTALL_HINT
+
+        raise ImportError(f"guided_decoding builds its regex with outlines; {INSTALL_HINT}")
 
 
 def fold_scratchpad(messages: list[Message]) -> list[Message]:
