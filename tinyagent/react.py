@@ -95,12 +95,22 @@ DISTILL_PROMPT = {
 }
 DISTILLED_LABEL = {"en": "(condensed from {n} characters) ", "zh": "（由 {n} 个字符压缩）"}
 
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f]")
+_KANA_HANGUL = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f\u1100-\u11ff\u3130-\u318f\uac00-\ud7af]")
+_LATIN_WORD = re.compile(r"[A-Za-z\u00c0-\u024f]+")
 
 
 def detect_lang(text: str) -> str:
-    """'zh' when the text contains CJK characters, else 'en'."""
-    return "zh" if _CJK.search(text or "") else "en"
+    """'zh' for Chinese text, else 'en' (the prompt for every other language).
+
+    Chinese means Han characters that are not Japanese or Korean (those carry kana / hangul: at
+    least one for every four Han characters) and that make up the text rather than a quote in
+    it: at least as many Han characters as Latin words, so "What does 水 mean?" stays English.
+    """
+    han = len(_HAN.findall(text or ""))
+    if not han or 4 * len(_KANA_HANGUL.findall(text)) >= han:
+        return "en"
+    return "zh" if han >= len(_LATIN_WORD.findall(text)) else "en"
 
 
 def tool_description(tool, lang: str = "en") -> str:
