@@ -117,12 +117,33 @@ def test_real_server_refuses_continue_and_the_error_says_use_fold(server):
 
 
 def test_real_agent_episode_runs_to_completion_over_http(server, caplog):
+    """The episode over HTTP is the episode the same weights give in-process: every step, the stop
+    reason, the answer and the token counts (greedy decoding; the in-process model sees the scratchpad
+    folded into the user message, as the server does)."""
+    from tinyagent.llm import BaseModel, HFChatModel
+    from tinyagent.llm.openai import fold_scratchpad
+
+    class Folded(BaseModel):
+        def __init__(self, model):
+            self.model = model
+
+        def generate(self, messages, stop=None, **kwargs):
+            folded = fold_scratchpad(messages) if messages[-1]["role"] == "assistant" else messages
+            return self.model.generate(folded, stop, **kwargs)
+
     caplog.set_level(logging.DEBUG)
     model = real_model(server, api_key=KEY, max_new_tokens=16)
     assert not model.continue_supported
-    result = Agent(model, tools=[Calculator()], max_turns=2).run("What is 6 times 7?")
-    assert result.steps and result.stop_reason in ("final_answer", "no_action", "max_turns")
-    assert result.generate_calls == len(result.steps) and result.prompt_tokens > 0
+    question, kwargs = "What is 6 times 7?", {"tools": [Calculator()], "max_turns": 2}
+    result = Agent(model, **kwargs).run(question)
+    local = Agent(Folded(HFChatModel(str(server["dir"]), device="cpu", max_new_tokens=16, temperature=0.0)),
+                  **kwargs).run(question)
+    assert [s.text for s in result.steps] == [s.text for s in local.steps] and result.steps[0].text.strip()
+    assert (result.stop_reason, result.finished, result.answer) == (local.stop_reason, local.finished, local.answer)
+    assert result.finished and result.stop_reason in ("final_answer", "no_action", "max_turns")
+    assert [(s.prompt_tokens, s.completion_tokens) for s in result.steps] == \
+        [(s.prompt_tokens, s.completion_tokens) for s in local.steps]
+    assert result.generate_calls == len(result.steps)
     assert result.completion_tokens == sum(s.completion_tokens for s in result.steps)
     assert KEY not in caplog.text and KEY not in repr(model)
 
