@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 
 import pytest
 from openai_stub import OpenAIStub
@@ -86,19 +85,45 @@ def test_a_factory_that_raises_is_recorded_and_redacted(monkeypatch):
     assert items[2].result.answer == "c"
 
 
-def test_ctrl_c_stops_the_batch_and_cancels_pending_questions(stub):
-    model = OpenAIChatModel(stub.base_url, "stub-model")
+class _GatedModel(BaseModel):
+    """Question "a" waits until "b" is in its first call; every other first call waits for `release`."""
+
+    def __init__(self):
+        self.calls: dict[str, int] = {}
+        self.b_waiting, self.release = threading.Event(), threading.Event()
+
+    def generate(self, messages, stop=None, **kwargs):
+        question = next(m["content"] for m in messages if m["role"] == "user")
+        self.calls[question] = self.calls.get(question, 0) + 1
+        if self.calls[question] > 1:
+            return "Final Answer: 2"
+        if question == "a":
+            assert self.b_waiting.wait(60)
+        else:
+            if question == "b":
+                self.b_waiting.set()
+            assert self.release.wait(60)
+        return 'Action: calculator\nAction Input: {"expression": "1+1"}'
+
+
+def test_ctrl_c_stops_the_batch_and_cancels_pending_questions():
+    """Ctrl-C (here from on_done) while "b" is mid-step: "b" stops after that step, later questions never start."""
+    model = _GatedModel()
 
     def on_done(item: BatchItem) -> None:
         raise KeyboardInterrupt
 
-    questions = [f"What is {i} times 2?" for i in range(20)]
+    questions = ["a", "b", *"cdefghij"]
     with pytest.raises(KeyboardInterrupt):
         run_many(lambda: Agent(model, tools=[Calculator()]), questions, concurrency=2, on_done=on_done)
-    time.sleep(0.6)  # let the runs that were in progress reach their next step and stop
-    settled = stub.chat_requests
-    time.sleep(0.4)
-    assert stub.chat_requests == settled < 10  # 20 questions x 2 calls if nothing had stopped
+    model.release.set()
+    workers = [t for t in threading.enumerate() if t.name.startswith("tinyagent_")]
+    for worker in workers:
+        worker.join(timeout=60)
+    assert workers and not any(w.is_alive() for w in workers)
+    assert model.calls["a"] == 2 and model.calls["b"] == 1  # "b" ended after its step, not at its answer
+    # a worker may have taken "c" before the interrupt was seen; it stops the same way; nothing later starts
+    assert set(model.calls) <= {"a", "b", "c"} and model.calls.get("c", 1) == 1
 
 
 def test_a_failing_progress_callback_loses_no_results(caplog):
