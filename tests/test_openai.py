@@ -76,12 +76,15 @@ def real_model(server, **kwargs) -> OpenAIChatModel:
 def test_real_round_trip_reports_usage_from_the_server(server):
     from transformers import AutoTokenizer
 
+    from tinyagent.llm import HFChatModel
+
     text = real_model(server).generate(USER)
     tokenizer = AutoTokenizer.from_pretrained(server["dir"])
     expected_prompt = len(tokenizer.apply_chat_template(USER, add_generation_prompt=True, tokenize=True,
                                                         return_dict=True)["input_ids"])
-    assert isinstance(text, str) and text.prompt_tokens == expected_prompt
-    assert 0 < text.completion_tokens <= 24 and text.seconds > 0
+    local = HFChatModel(str(server["dir"]), device="cpu", max_new_tokens=24).generate(USER)  # greedy, in-process
+    assert text == local and text.strip()
+    assert (text.prompt_tokens, text.completion_tokens) == (expected_prompt, local.completion_tokens)
 
 
 def test_real_streaming_chunks_concatenate_to_the_same_text(server):
