@@ -249,3 +249,26 @@ def test_invoke_passes_on_the_tools_own_errors_and_context():
         invoke(fail, {"kind": "bug"}, timeout=30)
     with pytest.raises(ValueError, match="positive number of seconds"):
         invoke(fail, {"kind": "tool"}, timeout=0)
+
+
+def test_optional_and_enum_parameters_through_the_agent(scripted):
+    """The agent's argument reading and its error hint handle the richer schemas (type lists, enums)."""
+    from tinyagent import Agent
+
+    @tool
+    def count(times: int | None = None) -> str:
+        """Count."""
+        return repr(times)
+
+    @tool
+    def repeat(times: int | None = None, unit: Unit | None = None) -> str:
+        """Repeat."""
+        return f"{times} {unit and unit.name}"
+
+    model = scripted(["Action: count\nAction Input: 5", 'Action: repeat\nAction Input: {"unit": "k"}',
+                      'Action: repeat\nAction Input: {"times": null, "unit": "c"}', "Final Answer: done"])
+    steps = Agent(model, tools=[count, repeat]).run("go").steps
+    assert steps[0].observation == "5"  # a bare value for the only parameter, read as a number
+    assert steps[1].kind == "bad_input" and 'must be one of "c", "f", null' in steps[1].observation
+    assert 'Action Input: {"times": 1, "unit": "c"}' in steps[1].observation  # the form to copy
+    assert steps[2].observation == "None CELSIUS"

@@ -38,9 +38,12 @@ def test_secret_scope_forgets_what_was_registered_inside():
     assert redact("inner-secret-2 outer-secret-1") == f"inner-secret-2 {REDACTED}"
 
 
-def test_a_key_passed_to_a_tool_is_a_secret():
+def test_a_key_passed_to_a_tool_or_a_model_is_a_secret():
+    from tinyagent.llm import OpenAIChatModel
+
     GoogleSearch(api_key="serper-arg-key-31337")
-    assert redact("echo serper-arg-key-31337") == f"echo {REDACTED}"
+    OpenAIChatModel("http://127.0.0.1:9/v1", "m", api_key="sk-arg-key-27182")
+    assert redact("echo serper-arg-key-31337 sk-arg-key-27182") == f"echo {REDACTED} {REDACTED}"
 
 
 # --- logs: every tinyagent logger, through a user's own handler ----------------------------------

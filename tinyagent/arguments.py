@@ -48,7 +48,7 @@ def read_arguments(text: str, tool=None) -> dict:
         names = ", ".join(p["name"] for p in getattr(tool, "parameters", [])) or "none"
         raise ActionInputError(f"the Action Input is not valid JSON: {text[:100]!r}; write a JSON object with "
                                f"the parameter names ({names})")
-    return {param["name"]: _plain_value(text, (param.get("schema") or {}).get("type"))}
+    return {param["name"]: _plain_value(text, _json_type(param.get("schema") or {}))}
 
 
 def bad_input_message(tool, error: Exception) -> str:
@@ -62,6 +62,12 @@ def _single_parameter(tool) -> dict | None:
     if len(required) == 1:
         return required[0]
     return params[0] if len(params) == 1 else None
+
+
+def _json_type(schema: dict) -> str | None:
+    """A parameter's JSON type; of a list such as ["integer", "null"] (an optional one), the first that is not null."""
+    kind = schema.get("type")
+    return next((k for k in kind if k != "null"), None) if isinstance(kind, list) else kind
 
 
 def _plain_value(text: str, json_type: str | None):
@@ -195,5 +201,5 @@ def skeleton(tool) -> str:
     values = {}
     for p in shown:
         schema = p.get("schema") or {}
-        values[p["name"]] = schema["enum"][0] if schema.get("enum") else _PLACEHOLDER.get(schema.get("type"), "...")
+        values[p["name"]] = schema["enum"][0] if schema.get("enum") else _PLACEHOLDER.get(_json_type(schema), "...")
     return json.dumps(values, ensure_ascii=False)
