@@ -126,7 +126,8 @@ def test_trace_writes_one_json_line_per_step(use_model, capsys, tmp_path):
     assert records[0]["config"]["agent"]["tools"] == ["calculator"]
     first = records[1]
     assert (first["action"], first["arguments"], first["observation"]) == ("calculator", {"expression": "6*7"}, "42")
-    assert first["prompt_tokens"] == 50 and first["model_seconds"] >= 0 and "tool_seconds" in first
+    assert first["prompt_tokens"] == 50 and first["model_seconds"] <= records[3]["seconds"]  # a part of the run's time
+    assert first["tool_seconds"] <= records[3]["seconds"]
     assert first["question"] == "What is 6*7?" and first["text"].startswith("Thought: I should compute it.")
     assert records[3]["answer"] == "42" and records[3]["steps"] == 2
 
