@@ -7,8 +7,8 @@ from .llm_tool import LLMTool
 from .local_search import CorpusError, LocalSearch
 
 __all__ = ["Tool", "FunctionTool", "ToolError", "ToolArgumentError", "ToolTimeout", "invoke", "tool",
-           "Calculator", "GoogleSearch", "LocalSearch", "CorpusError", "DocstoreSearch", "DocstoreLookup", "docstore_tools", "LLMTool",
-           "MCPServer", "MCPServerError"]
+           "Calculator", "GoogleSearch", "LocalSearch", "CorpusError", "DocstoreSearch", "DocstoreLookup",
+           "docstore_tools", "LLMTool", "MCPServer", "MCPServerError"]
 
 
 def __getattr__(name: str):

@@ -1,7 +1,6 @@
 """Tools: self-describing callables the agent offers to the model."""
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import inspect
 import json
@@ -116,6 +115,8 @@ def serialise(result) -> str:
 
 def _wait_for(awaitable, tool_name: str):
     """The result of `awaitable`, in a fresh event loop; in a thread of its own if this one runs a loop."""
+    import asyncio  # here, not at the top: `import tinyagent` stays free of asyncio
+
     async def main():
         return await awaitable
 
