@@ -17,7 +17,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .llm.openai import GUIDED_DECODING_FIELDS, require_regex_engine
+from .llm.openai import GUIDED_DECODING_FIELDS, GUIDED_DECODING_NEEDS, regex_engine_available
 from .trace import register_secret
 
 log = logging.getLogger(__name__)
@@ -260,11 +260,8 @@ def _check_backend(m: ModelConfig, where: typing.Callable[[str], str]) -> None:
             _fail(where, "model.base_url", f"{m.base_url!r} is not an http(s) URL")
         if not m.name:
             _fail(where, "model.name", "backend openai needs the served model name")
-        if m.guided_decoding is not None:  # an optional package a setting needs: checked now, not at step 1
-            try:
-                require_regex_engine()
-            except ImportError as e:
-                _fail(where, "model.guided_decoding", str(e))
+        if m.guided_decoding is not None and not regex_engine_available():  # checked now, not at step 1
+            _fail(where, "model.guided_decoding", GUIDED_DECODING_NEEDS)
 
 
 def _check_mcp_servers(specs: list[dict], where: typing.Callable[[str], str]) -> None:

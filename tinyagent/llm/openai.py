@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 SCRATCHPAD_MODES = ("continue", "fold")
 GUIDED_DECODING_FIELDS = ("structured_outputs", "guided_regex")
+GUIDED_DECODING_NEEDS = "needs outlines to build its regex: pip install 'tinyagent[constrained]'"
 #: OpenAI's own API accepts at most 4 stop strings; any further ones are applied here only.
 MAX_SERVER_STOPS = 4
 
@@ -73,8 +74,8 @@ class OpenAIChatModel(BaseModel):
         if guided_decoding not in (None, *GUIDED_DECODING_FIELDS):
             raise ValueError(f"guided_decoding must be None or one of {GUIDED_DECODING_FIELDS}, "
                              f"not {guided_decoding!r}")
-        if guided_decoding is not None:
-            require_regex_engine()
+        if guided_decoding is not None and not regex_engine_available():
+            raise ImportError(f"guided_decoding {GUIDED_DECODING_NEEDS}")
         self.check_generation_options(generation_defaults, where="__init__", agent_options=False)
         self.base_url = base_url.rstrip("/")
         self.url = f"{self.base_url}/chat/completions"
@@ -270,15 +271,12 @@ class OpenAIChatModel(BaseModel):
                                 retryable=True) from None
 
 
-def require_regex_engine() -> None:
-    """Raise ImportError with the install command when guided decoding cannot build its regex (no outlines).
+def regex_engine_available() -> bool:
+    """Whether outlines (its engine, outlines-core) is installed to build the guided-decoding regex.
 
     Checked when `guided_decoding` is set, so a missing extra fails at start, not at the first step.
     """
-    if importlib.util.find_spec("outlines_core") is None:
-        from .constrained import INSTALL_HINT
-
-        raise ImportError(f"guided_decoding builds its regex with outlines; {INSTALL_HINT}")
+    return importlib.util.find_spec("outlines_core") is not None
 
 
 def fold_scratchpad(messages: list[Message]) -> list[Message]:
