@@ -271,7 +271,8 @@ def test_guided_decoding_without_outlines_fails_at_config_load(monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "outlines_core" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "outlines_core" else real(name, *args))
     overrides = {"model.backend": "openai", "model.base_url": "http://127.0.0.1:1/v1", "model.name": "m"}
     with pytest.raises(ConfigError, match=r"^model.guided_decoding: .*pip install 'tinyagent\[constrained\]'$"):
         load_config(None, {**overrides, "model.guided_decoding": "structured_outputs"})

@@ -234,7 +234,8 @@ def test_guided_decoding_without_outlines_fails_when_set(monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "outlines_core" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "outlines_core" else real(name, *args))
     with pytest.raises(ImportError, match=r"pip install 'tinyagent\[constrained\]'"):
         OpenAIChatModel("http://x/v1", "m", guided_decoding="guided_regex")
     assert OpenAIChatModel("http://x/v1", "m").guided_decoding is None  # unset: nothing needed
