@@ -11,7 +11,8 @@ responses, dropped connections, non-JSON or malformed bodies. Example:
 `replies` is a string, a list (served in order; the last one repeats) or a function
 `(request_body) -> str`. Like `transformers serve`, the stub does not cut replies at `stop`
 strings unless `honour_stop=True`. `script` (or `push`) queues one fault per coming request;
-then `fault_for(request_body)` may name one; then `fail_rate` applies. Faults:
+then `fault_for(request_body)` may name one; then `fail_rate` applies. `meet=n` holds the first n
+requests until n are in flight at once, so a test of parallel clients does not depend on timing. Faults:
 
     "500" / "503" / "429" / any status   answer that status with a JSON error body
     "slow"                               wait `slow_seconds` before answering normally
@@ -53,6 +54,7 @@ class OpenAIStub:
         require_key: str | None = None,
         reject_fields: Iterable[str] = (),
         done_marker: bool = True,
+        meet: int = 0,
         seed: int = 0,
     ):
         self.replies = replies
@@ -72,6 +74,11 @@ class OpenAIStub:
         self.fault_for = fault_for
         self.in_flight = 0
         self.max_in_flight = 0  # the most chat requests handled at once
+        # The first `meet` chat requests wait (up to 30 s) until all of them are in flight: a client that
+        # really sends them in parallel then shows max_in_flight == meet, with no timing luck involved.
+        self.meet = meet
+        self._meeting = threading.Barrier(meet) if meet > 1 else None
+        self._arrived = 0
         self._random = random.Random(seed)
         self._served = 0
         self._lock = threading.Lock()
@@ -133,6 +140,16 @@ class OpenAIStub:
             self._served += 1
         return self.replies[index]
 
+    def _wait_to_meet(self) -> None:
+        with self._lock:
+            self._arrived += 1
+            waits = self._meeting is not None and self._arrived <= self.meet
+        if waits:
+            try:
+                self._meeting.wait(timeout=30)
+            except threading.BrokenBarrierError:  # fewer came at once: max_in_flight tells the test
+                pass
+
     def _pause(self) -> None:
         if self.delay or self.jitter:
             with self._lock:
@@ -174,6 +191,7 @@ def _handler_for(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
                 stub.in_flight += 1
                 stub.max_in_flight = max(stub.max_in_flight, stub.in_flight)
             try:
+                stub._wait_to_meet()
                 self._answer(body, fault)
             finally:
                 with stub._lock:

@@ -403,11 +403,11 @@ def test_cli_openai_backend_runs_questions_in_parallel_over_http(tmp_path, capsy
     rows = [{"id": f"q{n}", "question": f"What is twice {n}?", "answer": 2 * n} for n in range(8)]
     suite = write(tmp_path, "".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "o"
-    with OpenAIStub(replies=reply, delay=0.2, fault_for=lambda b: "500" if "twice 5?" in question_of(b) else None,
+    with OpenAIStub(replies=reply, meet=4, fault_for=lambda b: "500" if "twice 5?" in question_of(b) else None,
                     honour_stop=True) as stub:
         code = ev.main(["--suite", str(suite), "--model", "stub-model", "--base-url", stub.base_url,
                         "--tools", "calculator", "--out", str(out), "--json"])
-        assert stub.max_in_flight > 1  # the default concurrency for a server is 4
+        assert stub.max_in_flight == 4  # the default concurrency for a server is 4 (the first 4 met at the stub)
     summary = json.loads(capsys.readouterr().out)
     assert code == 0 and summary["run"]["backend"] == "openai" and summary["run"]["concurrency"] == 4
     records = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
