@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -37,7 +36,8 @@ class SerperServer:
     def __init__(self):
         self.requests: list[dict] = []
         self.plan: list[tuple[int, object]] = [(200, JAY_CHOU)]
-        self.delay = 0.0
+        self.hold = threading.Event()  # cleared: each answer waits until it is set (a hung server)
+        self.hold.set()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -45,8 +45,7 @@ class SerperServer:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 server.requests.append({"path": self.path, "headers": dict(self.headers), "json": json.loads(body)})
                 status, payload = server.plan[min(len(server.requests) - 1, len(server.plan) - 1)]
-                if server.delay:
-                    time.sleep(server.delay)
+                server.hold.wait(60)
                 if self.headers.get("X-API-KEY") != KEY:
                     status, payload = 403, {"message": "Unauthorized.", "statusCode": 403}
                 data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
@@ -152,9 +151,12 @@ def test_malformed_fields_do_not_crash(serper):
 
 
 def test_timeout(serper):
-    serper.delay = 0.5
-    with pytest.raises(ToolError, match="timeout") as e:
-        search_tool(serper, timeout=0.1, max_retries=1)(search_query="q")
+    serper.hold.clear()  # the server answers nothing until the client has given up
+    try:
+        with pytest.raises(ToolError, match="timeout") as e:
+            search_tool(serper, timeout=0.1, max_retries=1)(search_query="q")
+    finally:
+        serper.hold.set()
     assert KEY not in str(e.value)
 
 
