@@ -124,3 +124,20 @@ def test_trace_writer_writes_one_redacted_line_per_step(tmp_path, scripted, monk
 
 def test_dumps_handles_any_value():
     assert json.loads(dumps({"x": object.__new__(object).__class__})) == {"x": "<class 'object'>"}
+
+
+def test_a_failing_tool_logs_its_traceback_without_the_key(user_log, scripted):
+    """The agent logs a tool's exception with its traceback; a user's handler prints it, redacted."""
+    from tinyagent import tool
+
+    @tool
+    def lookup(query: str) -> str:
+        """Look something up."""
+        raise ConnectionError(f"proxy refused credentials {KEY}")
+
+    model = scripted(['Action: lookup\nAction Input: {"query": "x"}', "Final Answer: no"])
+    result = Agent(model, tools=[lookup]).run("q")
+    text = user_log.getvalue()
+    assert "tinyagent.agent WARNING tool lookup raised" in text and "Traceback (most recent call last)" in text
+    assert f"ConnectionError: proxy refused credentials {REDACTED}" in text and KEY not in text
+    assert KEY not in result.steps[0].observation
