@@ -445,3 +445,31 @@ def test_distill_prompt_is_bounded_and_fits_the_window(scripted):
     assert model.count_tokens(model.calls[1]["messages"]) <= 2048 - 256
     assert "more characters cut" in distill_prompt and len(result.steps[0].raw_observation) == 1_000_000
     assert result.steps[0].observation.endswith("the facts") and result.answer == "ok"
+
+
+def test_a_hung_tool_becomes_a_timeout_observation_and_may_be_retried(scripted):
+    import threading
+    release, calls = threading.Event(), []
+
+    @tool
+    def slow(query: str) -> str:
+        """Hangs the first time."""
+        calls.append(query)
+        if len(calls) == 1:
+            release.wait(30)
+        return "done"
+
+    call = 'Action: slow\nAction Input: {"query": "q"}'
+    try:
+        result = Agent(scripted([call, call, "Final Answer: ok"]), tools=[slow], tool_timeout=0.2).run("?")
+    finally:
+        release.set()
+    first, second = result.steps[:2]
+    assert first.kind == "tool_error" and first.observation == "Error: the tool slow did not answer within 0.2 s"
+    assert second.kind == "action" and second.observation == "done" and result.answer == "ok"
+
+
+@pytest.mark.parametrize("value", [0, -5])
+def test_tool_timeout_must_be_positive_or_none(scripted, value):
+    with pytest.raises(ValueError, match="tool_timeout"):
+        Agent(scripted([]), tool_timeout=value)

@@ -56,7 +56,7 @@ def test_with_stop_strings_exactly_the_reply_is_decoded(base):
     reply_ids = ids_of(model, QUESTION, TOOL_REPLY.text)
     prompt_tokens = model.count_tokens(QUESTION)
     text, counts = replay_generate(model, QUESTION, TOOL_REPLY, stop=STOP)
-    assert text == TOOL_REPLY.text[: -len("Observation:")]
+    assert text == TOOL_REPLY.text[: -len("\nObservation:")]
     # generation stops on the token that completes the stop string: it is decoded, nothing after it
     assert counts.decoded == counts.forward_passes == len(reply_ids) == counts.reply_tokens
     assert counts.discarded == 0 and counts.calls == 1

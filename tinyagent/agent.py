@@ -35,8 +35,6 @@ FORMAT_ERRORS = ("empty", "malformed", "unknown_tool", "bad_input")
 #: Why a run ended (AgentResult.stop_reason); `finished` is True only for the first three.
 STOP_REASONS = ("final_answer", "no_action", "max_turns", "no_forced_answer", "context_overflow", "model_error",
                 "stopped")
-#: Keyword arguments generate() takes from the agent itself, whatever the backend's options.
-AGENT_GENERATE_KEYWORDS = frozenset({"on_text", "constraint"})
 DEFAULT_TOOL_TIMEOUT = 120.0
 
 
@@ -400,7 +398,7 @@ def _check_generate_keywords(model: BaseModel, kwargs: dict) -> None:
     options = getattr(model, "generation_options", None)
     if options is None:
         return
-    unknown = sorted(set(kwargs) - set(options) - AGENT_GENERATE_KEYWORDS)
+    unknown = sorted(set(kwargs) - set(options) - BaseModel.AGENT_OPTIONS)
     if unknown:
         agent_args = "lang, max_turns, system_prompt, examples, max_observation_chars, llm_fallback, " \
                      "distill_observations, distill_threshold, constrained, tool_timeout, on_step, on_text"
