@@ -10,8 +10,9 @@ from tinyagent.trace import secret_scope
 
 @pytest.fixture(autouse=True)
 def forget_registered_secrets():
-    """Secrets a test registers (keys passed to tools and models) are forgotten after it."""
-    with secret_scope():
+    """Each test starts with no registered secrets, and those it registers (keys passed to tools and
+    models) are forgotten after it."""
+    with secret_scope(fresh=True):
         yield
 
 

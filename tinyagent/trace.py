@@ -31,11 +31,14 @@ def register_secret(value: str | None) -> None:
 
 
 @contextlib.contextmanager
-def secret_scope() -> Iterator[None]:
-    """Forget, on leaving, the secrets registered inside (tests use it so none leak into the next)."""
+def secret_scope(fresh: bool = False) -> Iterator[None]:
+    """Forget, on leaving, the secrets registered inside (tests use it so none leak into the next);
+    `fresh` also starts the scope with none registered."""
     global _extra_secrets
     with _lock:
         saved = set(_extra_secrets)
+        if fresh:
+            _extra_secrets = set()
     try:
         yield
     finally:
