@@ -3,16 +3,26 @@ its HTTP API with gradio_client, as another program (or the page itself) would.
 
 The scripted models here stream their replies to `on_text` and can pause mid-reply until the test
 has seen the page show that text: proof that steps stream live, with no sleeps."""
+import contextlib
+import importlib.util
 import json
+import os
+import queue
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
+import gradio
 import pytest
 from conftest import ScriptedModel
 from gradio_client import Client
+from openai_stub import OpenAIStub
+from test_cli import ROOT, SEARCH_THEN_ANSWER, SECRET, TINYAGENT, free_port
 
-from tinyagent import web
+from tinyagent import cli, web
 from tinyagent import trace as tracing
 from tinyagent.agent import Agent
 from tinyagent.tools.base import tool
@@ -85,12 +95,6 @@ def agents_of(model, tools=(lookup,)):
     return lambda **callbacks: Agent(model, tools=list(tools), max_turns=3, **callbacks)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def start_page(monkeypatch):
     """start_page(factory) -> URL of a running page; servers are closed after the test."""
@@ -100,7 +104,7 @@ def start_page(monkeypatch):
     def start(factory) -> str:
         page = web.ChatPage(factory, "Model: scripted.").build()
         pages.append(page)
-        return web.serve(page, "127.0.0.1", free_port(), block=False)
+        return web.serve(page, "127.0.0.1", free_port())[0]
 
     yield start
     for page in pages:
@@ -268,3 +272,100 @@ def test_shown_holds_back_a_tail_that_could_start_a_secret(monkeypatch):
     assert web.shown("key: sekrit-value-123 and s") == "key: [REDACTED] and "
     assert web.shown("key: sekrit-va", final=True) == "key: sekrit-va"
     assert web.shown("plain text") == "plain text"
+
+
+# --- the commands: `tinyagent web` and `run_demo.py --web`, as real processes --------------------
+
+@contextlib.contextmanager
+def running(command: list[str], env: dict | None = None):
+    """Start `command`; yield (process, page URL) once it says the page is up; Ctrl-C it afterwards."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("SERPER_API_KEY", "OPENAI_API_KEY")}
+    environment.update({"HF_HUB_OFFLINE": "1", **(env or {})})
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=environment, cwd=ROOT)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in process.stderr] + [lines.put(None)],
+                     daemon=True).start()
+    seen = []
+    try:
+        while True:
+            line = lines.get(timeout=120)
+            assert line is not None, f"exited {process.wait()} before serving: {''.join(seen)}"
+            seen.append(line)
+            if line.startswith("tinyagent: Chat page at "):
+                yield process, line.split()[4], seen
+                break
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=60)
+
+
+def test_tinyagent_web_serves_the_configured_model_until_ctrl_c():
+    with OpenAIStub(replies=[*SEARCH_THEN_ANSWER, "Final Answer: 1979"], require_key=SECRET) as stub:
+        args = ["--base-url", stub.base_url, "--model", "stub-model", "--tools", "calculator", "--port",
+                str(free_port())]
+        with running([TINYAGENT, "web", *args], env={"OPENAI_API_KEY": SECRET}) as (process, url, stderr):
+            client = Client(url, verbose=False)
+            chat, _ = client.predict("What is 6*7?", api_name="/respond")
+            assert "Observation: 42" in text(chat[1]) and text(chat[-1]).startswith("42\n\n*[2 steps, ")
+            chat, _ = client.predict("Which year was Jay Chou born?", api_name="/respond")
+            assert text(chat[-1]).startswith("1979")
+        assert process.returncode == 0
+        assert stub.requests[-1]["body"]["messages"][1]["content"] == "What is 6*7?"   # the history went along
+        everything = "".join(stderr) + process.stderr.read() + process.stdout.read()
+        assert SECRET not in everything and "Traceback" not in everything
+        assert "tinyagent: Using model stub-model at " in everything   # the model is set up before the page
+
+
+def test_web_takes_the_model_and_agent_options_of_ask():
+    done = subprocess.run([TINYAGENT, "web", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0
+    for option in ("--config", "--model", "--base-url", "--tools", "--max-turns", "--host", "--port", "--share"):
+        assert option in done.stdout
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["--config", "configs/missing.yaml"], 2, "tinyagent: error: configs/missing.yaml: no such config file"),
+    (["--max-turns", "0"], 2, "tinyagent: error: agent.max_turns: must be at least 1, not 0"),
+    (["--port", "many"], 2, "tinyagent web: error: argument --port: invalid int value: 'many'"),
+])
+def test_bad_options_are_one_line_errors(args, code, message, capsys):
+    assert cli.main(["web", *args]) == code
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == message and "Traceback" not in err
+
+
+def test_run_demo_web_serves_the_demo_agent(monkeypatch, capsys):
+    spec = importlib.util.spec_from_file_location("run_demo", ROOT / "run_demo.py")
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    model, answers = LiveModel(["Thought: easy.\nFinal Answer: hello"]), []
+
+    def ask_then_close(page) -> None:  # instead of waiting for Ctrl-C
+        answers.append(Client(page.local_url, verbose=False).predict("Hi?", api_name="/respond")[0])
+        page.close()
+
+    monkeypatch.setattr(gradio.Blocks, "block_thread", ask_then_close)
+    monkeypatch.delenv("SERPER_API_KEY", raising=False)
+    assert demo.main(["--web", "--port", str(free_port())], model=model) == 0
+    assert text(answers[0][-1]).startswith("hello\n\n*[1 step, ")
+    assert "local_search" in model.calls[0]["messages"][0]["content"]   # the demo's config and tools
+    assert "tinyagent: Chat page at http://127.0.0.1:" in capsys.readouterr().err
+
+
+def test_a_port_in_use_is_a_one_line_error(capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = cli.main(["web", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--tools", "calculator",
+                         "--port", str(port)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and err[-1] == (f"tinyagent: error: could not serve the page on 127.0.0.1:{port}: the port "
+                                     "is in use or not allowed (OSError); choose another with --port")
+
+
+def test_without_gradio_the_command_says_how_to_install_it(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "gradio", None)   # `import gradio` now raises ImportError
+    assert cli.main(["web", "--tools", "calculator"]) == 1
+    assert capsys.readouterr().err.strip() == "tinyagent: error: the chat page needs gradio: pip install 'tinyagent[web]'"

@@ -277,10 +277,10 @@ class ChatPage:
         return page
 
 
-def serve(page: "gr.Blocks", host: str = "127.0.0.1", port: int = 7860, share: bool = False,
-          block: bool = True) -> str:
-    """Start the page's server; return its local URL (blocks until Ctrl-C when `block`)."""
+def serve(page: "gr.Blocks", host: str = "127.0.0.1", port: int = 7860, share: bool = False
+          ) -> tuple[str, str | None]:
+    """Start the page's server in the background; return its local URL and its public link, if shared."""
     page.queue(default_concurrency_limit=None)
-    _, url, _ = page.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=not block,
-                            quiet=not block, ssr_mode=False, footer_links=["api"])
-    return url
+    _, url, public = page.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=True,
+                                 quiet=True, ssr_mode=False, footer_links=["api"])
+    return url, public
