@@ -13,86 +13,21 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 import gradio
 import pytest
 from conftest import ScriptedModel
 from gradio_client import Client
+from live_model import PAUSE, WAIT_S, LiveModel, agents_of
 from openai_stub import OpenAIStub
 from test_cli import ROOT, SEARCH_THEN_ANSWER, SECRET, TINYAGENT, free_port
 
 from tinyagent import cli, web
 from tinyagent import trace as tracing
-from tinyagent.agent import Agent
 from tinyagent.tools.base import tool
 
 # gradio's queue calls a pandas option that pandas 3 deprecates: not ours to fix
 pytestmark = pytest.mark.filterwarnings("ignore:::gradio.queueing")
-PAUSE = object()   # in a reply given as chunks: wait here until the test calls `model.resume.release()`
-WAIT_S = 30        # how long a scripted model waits for the test before failing the run
-
-
-class LiveModel(ScriptedModel):
-    """Scripted replies streamed to `on_text`; a reply given as a list is streamed chunk by chunk and
-    waits at each PAUSE until the test releases `resume` once."""
-
-    def __init__(self, replies, usage=(50, 5)):
-        super().__init__(["".join(c for c in r if c is not PAUSE) if isinstance(r, list) else r for r in replies],
-                         usage=usage)
-        self.chunks = [r if isinstance(r, list) else [r] for r in replies]
-        self.resume = threading.Semaphore(0)
-
-    def generate(self, messages, stop=None, on_text=None, **kwargs):
-        chunks = self.chunks[len(self.calls)]
-        reply = super().generate(messages, stop=stop, **kwargs)
-        for chunk in chunks:
-            if chunk is PAUSE:
-                assert self.resume.acquire(timeout=WAIT_S), "the test never saw the paused text on the page"
-            elif on_text is not None:
-                on_text(chunk)
-        return reply
-
-
-class _Stopped(Exception):
-    pass
-
-
-class StoppableAgent(Agent):
-    """A shim with the contract of the lead's coming Agent.stop(), for as long as main lacks it: the
-    run ends after the step in progress, stop_reason "stopped", steps kept."""
-
-    def stop(self) -> None:
-        self._stop = True
-
-    def run(self, question, history=None):
-        self._stop, self._partial, started = False, None, time.perf_counter()
-        try:
-            return super().run(question, history)
-        except _Stopped:
-            self._partial.stop_reason, self._partial.seconds = "stopped", time.perf_counter() - started
-            return self._partial
-
-    def _record(self, result, step):
-        super()._record(result, step)
-        if self._stop and step.final_answer is None:
-            self._partial = result
-            raise _Stopped
-
-
-if not hasattr(Agent, "stop"):
-    Agent = StoppableAgent  # noqa: F811
-
-
-@tool
-def lookup(name: str) -> str:
-    """Look up a person."""
-    return f"{name} was born in 1979."
-
-
-def agents_of(model, tools=(lookup,)):
-    """The page's agent factory: one Agent per browser session, all on `model`."""
-    return lambda **callbacks: Agent(model, tools=list(tools), max_turns=3, **callbacks)
 
 
 @pytest.fixture
@@ -318,7 +253,7 @@ def test_tinyagent_web_serves_the_configured_model_until_ctrl_c():
 
 
 def test_web_takes_the_model_and_agent_options_of_ask():
-    done = subprocess.run([TINYAGENT, "web", "--help"], capture_output=True, text=True)
+    done = subprocess.run([TINYAGENT, "web", "--help"], capture_output=True, text=True, check=False)
     assert done.returncode == 0
     for option in ("--config", "--model", "--base-url", "--tools", "--max-turns", "--host", "--port", "--share"):
         assert option in done.stdout

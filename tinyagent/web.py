@@ -262,7 +262,8 @@ class ChatPage:
 
         with gr.Blocks(title="TinyAgent", analytics_enabled=False) as page:
             gr.Markdown(f"## TinyAgent\n{redact(self.about)}", elem_id="about")
-            chat = gr.Chatbot(label="TinyAgent", elem_id="chat", height=560, feedback_options=None)
+            chat = gr.Chatbot(label="TinyAgent", elem_id="chat", height=560, feedback_options=None,
+                              buttons=["copy", "copy_all"])
             with gr.Row():
                 box = gr.Textbox(show_label=False, placeholder="Ask a question · 输入问题", scale=6,
                                  autofocus=True, elem_id="question")
@@ -273,6 +274,7 @@ class ChatPage:
             send.click(respond, [box], [chat, box], api_visibility="private", concurrency_limit=None)
             halt.click(stop, None, None, api_name="stop", concurrency_limit=None)
             wipe.click(clear, None, [chat], api_name="clear", concurrency_limit=None)
+            chat.clear(clear, None, [chat], api_visibility="private", concurrency_limit=None)  # its bin icon
             page.unload(forget)
         return page
 
