@@ -304,3 +304,12 @@ def test_without_gradio_the_command_says_how_to_install_it(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "gradio", None)   # `import gradio` now raises ImportError
     assert cli.main(["web", "--tools", "calculator"]) == 1
     assert capsys.readouterr().err.strip() == "tinyagent: error: the chat page needs gradio: pip install 'tinyagent[web]'"
+
+
+def test_a_chinese_question_gets_chinese_step_titles(start_page):
+    model = LiveModel(['Thought: 我需要查一下。\nAction: lookup\nAction Input: {"name": "周杰伦"}',
+                       "Thought: 我现在知道最终答案了\nFinal Answer: 1979年"])
+    chat, _ = Client(start_page(agents_of(model)), verbose=False).predict("周杰伦哪年出生？", api_name="/respond")
+    assert [m["metadata"]["title"] for m in chat[1:-1]] == ["第 1 步 · lookup", "第 2 步 · 最终答案"]
+    assert chat[1]["metadata"]["log"] == '{"name": "周杰伦"}' and "Observation: 周杰伦 was born" in text(chat[1])
+    assert text(chat[-1]).startswith("1979年\n\n*[2 steps, ")
