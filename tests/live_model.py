@@ -4,7 +4,6 @@
 A LiveModel reply given as chunks stops at each PAUSE until the test releases it, so a test can
 look at the page while a step is half written: proof of live streaming without sleeps."""
 import threading
-import time
 
 from conftest import ScriptedModel
 
@@ -36,35 +35,6 @@ class LiveModel(ScriptedModel):
         return reply
 
 
-class _Stopped(Exception):
-    pass
-
-
-class StoppableAgent(Agent):
-    """A shim with the contract of the lead's coming Agent.stop(), for as long as main lacks it: the
-    run ends after the step in progress, stop_reason "stopped", steps kept."""
-
-    def stop(self) -> None:
-        self._stop = True
-
-    def run(self, question, history=None):
-        self._stop, self._partial, started = False, None, time.perf_counter()
-        try:
-            return super().run(question, history)
-        except _Stopped:
-            self._partial.stop_reason, self._partial.seconds = "stopped", time.perf_counter() - started
-            return self._partial
-
-    def _record(self, result, step):
-        super()._record(result, step)
-        if self._stop and step.final_answer is None:
-            self._partial = result
-            raise _Stopped
-
-
-AgentClass = Agent if hasattr(Agent, "stop") else StoppableAgent
-
-
 @tool
 def lookup(name: str) -> str:
     """Look up a person."""
@@ -73,4 +43,4 @@ def lookup(name: str) -> str:
 
 def agents_of(model, tools=(lookup,)):
     """The page's agent factory: one Agent per browser session, all on `model`."""
-    return lambda **callbacks: AgentClass(model, tools=list(tools), max_turns=3, **callbacks)
+    return lambda **callbacks: Agent(model, tools=list(tools), max_turns=3, **callbacks)

@@ -18,12 +18,13 @@ import gradio
 import pytest
 from conftest import ScriptedModel
 from gradio_client import Client
-from live_model import PAUSE, WAIT_S, LiveModel, agents_of
+from live_model import PAUSE, WAIT_S, LiveModel, agents_of, lookup
 from openai_stub import OpenAIStub
 from test_cli import ROOT, SEARCH_THEN_ANSWER, SECRET, TINYAGENT, free_port
 
 from tinyagent import cli, web
 from tinyagent import trace as tracing
+from tinyagent.agent import Agent
 from tinyagent.tools.base import tool
 
 # gradio's queue calls a pandas option that pandas 3 deprecates: not ours to fix
@@ -177,27 +178,49 @@ def test_stop_ends_the_run_after_the_step_in_progress(start_page):
 
 
 class FailingModel(LiveModel):
+    """A LiveModel whose second call raises (its scripted reply is used up all the same)."""
+
     def generate(self, messages, stop=None, on_text=None, **kwargs):
-        if len(self.calls) == len(self.chunks) - 1:
+        if len(self.calls) == 1:
+            self.calls.append(messages)
+            self.replies.pop(0)
             raise RuntimeError("server said: bad key sekrit-value-123\nTraceback (most recent call last): ...")
         return super().generate(messages, stop=stop, on_text=on_text, **kwargs)
 
 
-def test_errors_are_chat_messages_and_secrets_never_reach_the_page(start_page, monkeypatch):
+class BuggyAgent(Agent):
+    """An agent with a bug after its first step: the page must survive it too."""
+
+    def chat(self, question):
+        super().chat(question)
+        raise RuntimeError("agent bug near sekrit-value-123\nsecond line")
+
+
+@pytest.mark.parametrize("agent_class, error", [
+    (Agent, "Error: RuntimeError: server said: bad key [REDACTED]\n\n*[2 steps, "),  # the model fails
+    (BuggyAgent, "Error: RuntimeError: agent bug near [REDACTED]"),                  # the agent raises
+])
+def test_errors_are_chat_messages_and_secrets_never_reach_the_page(start_page, monkeypatch, agent_class, error):
     monkeypatch.setenv("SERPER_API_KEY", "sekrit-value-123")
     model = FailingModel([
         ["Thought: my key is sekr", PAUSE, 'it-value-123.\nAction: lookup\nAction Input: {"name": "sekrit-value-123"}'],
         "unused: this call raises",
+        "Final Answer: still here",
     ])
-    client = Client(start_page(agents_of(model)), verbose=False)
+    client = Client(start_page(lambda **callbacks: agent_class(model, tools=[lookup], **callbacks)), verbose=False)
     chats = follow(client.submit("What is my key?", api_name="/respond"),
                    (lambda chat: pending_text(chat) == "Thought: my key is ", model.resume.release))
     shown = json.dumps(chats)
-    assert "sekr" not in shown and "[REDACTED]" in shown
+    assert "sekr" not in shown and "[REDACTED]" in shown and "Traceback" not in shown
     final = chats[-1]
-    assert text(final[1]).startswith("Thought: my key is [REDACTED].") and "Observation: [REDACTED] was born" in text(final[1])
-    assert text(final[-1]).startswith("Error: RuntimeError: server said: bad key [REDACTED]")
-    assert "Traceback" not in shown
+    assert [m["metadata"]["title"] for m in final[1:-1]] == ["Step 1 · lookup"]
+    assert text(final[1]).startswith("Thought: my key is [REDACTED].")
+    assert "Observation: [REDACTED] was born" in text(final[1])
+    assert text(final[-1]).startswith(error) and "second line" not in text(final[-1])
+    if agent_class is Agent:   # the CLI's summary line, and the chat goes on after a model error
+        assert text(final[-1]).endswith(", stopped: the model failed]*")
+        chat, _ = client.predict("Still there?", api_name="/respond")
+        assert text(chat[-1]).startswith("still here") and chat[:len(final)] == final
 
 
 def test_shown_holds_back_a_tail_that_could_start_a_secret(monkeypatch):

@@ -36,6 +36,7 @@ LABELS = {
            "stopped": "已在第 {n} 步后停止。", "no_answer": "没有最终答案。", "error": "错误：{e}",
            "busy": "上一个问题还在运行：请稍候，或按“停止”。"},
 }
+NO_REPLY = ("model_error", "context_overflow")  # steps that record why a run ended: shown in its answer line
 INSTALL_HINT = "the chat page needs gradio: pip install 'tinyagent[web]'"
 
 
@@ -80,16 +81,18 @@ class Reply:
         self.writing = ""
         if result is None:
             self.answer = self.labels["error"].format(e=one_line(error))
-        elif result.finished:
-            self.answer = f"{result.answer}\n\n*{summary(result)}*"
         else:
-            head = {"stopped": self.labels["stopped"].format(n=len(result.steps)),
-                    "model_error": self.labels["error"].format(e=getattr(result, "error", None) or "")}
-            self.answer = f"{head.get(result.stop_reason, self.labels['no_answer'])}\n\n*{summary(result)}*"
+            if result.finished:
+                head = result.answer
+            elif result.stop_reason == "stopped":
+                head = self.labels["stopped"].format(n=len(result.steps))
+            else:  # the model failed, the context is full, or no answer came at the turn cap
+                head = self.labels["error"].format(e=result.error) if result.error else self.labels["no_answer"]
+            self.answer = f"{head}\n\n*{summary(result)}*"
 
     def messages(self) -> Messages:
         done = self.answer is not None
-        out = [self._block(step, "done" if done else None) for step in self.steps]
+        out = [self._block(step, "done" if done else None) for step in self.steps if step.kind not in NO_REPLY]
         if self.writing.strip():
             title = self.labels["step"].format(n=len(self.steps) + 1)
             out.append(_message(shown(self.writing), {"title": title, "status": "pending"}))
