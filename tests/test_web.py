@@ -166,6 +166,8 @@ def test_stop_ends_the_run_after_the_step_in_progress(start_page):
     client = Client(start_page(agents_of(model, tools=[slow_search])), verbose=False)
     job = client.submit("Find x", api_name="/respond")
     assert entered.wait(WAIT_S)
+    busy = client.predict("Meanwhile?", api_name="/respond")   # one run at a time per conversation
+    assert busy[1] == "Meanwhile?" and len(model.calls) == 1    # the question stays in the box
     client.predict(api_name="/stop")   # returns once the stop is registered
     release.set()
     chat = job.result()[0]

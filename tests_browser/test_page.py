@@ -2,7 +2,7 @@
 driven by playwright. Run with `make test-browser`; `make test` does not collect this folder.
 
 A person's view: type a question, watch the step appear and stream, see it fold away under the
-answer, open it again, ask a follow-up, clear the chat."""
+answer, open it again, ask a follow-up, chat in a second tab, clear the chat."""
 import re
 import shutil
 import socket
@@ -48,12 +48,15 @@ def test_ask_watch_the_steps_fold_and_follow_up(browser):
         ["Thought: I need to look", PAUSE, ' this up.\nAction: lookup\nAction Input: {"name": "Jay Chou"}'],
         ["Thought: I now", PAUSE, " know the final answer\nFinal Answer: 1979"],
         "Thought: The first turn named him.\nFinal Answer: Jay (2000)",
+        "Final Answer: from the second tab",
         "Final Answer: after the Clear button",
         "Final Answer: after the bin icon",
     ])
     chat_page, cleared = web.ChatPage(agents_of(model), "Model: scripted."), threading.Semaphore(0)
     clear = chat_page.clear
     chat_page.clear = lambda key: (clear(key), cleared.release())[0]   # so the test knows the server did it
+    forget, forgotten = chat_page.forget, threading.Semaphore(0)
+    chat_page.forget = lambda key: (forget(key), forgotten.release())[0]
     server = chat_page.build()
     url, _ = web.serve(server, "127.0.0.1", free_port())
     try:
@@ -93,6 +96,19 @@ def test_ask_watch_the_steps_fold_and_follow_up(browser):
             "Which year was Jay Chou born?", "1979", "What was his first album?"]   # history went along
 
         users = page.locator("#chat [data-testid=user]")
+        tab = browser.new_page()                                            # a second tab: its own conversation
+        tab.set_default_timeout(TIMEOUT_MS)
+        tab.goto(url)
+        tab.locator("#question textarea").fill("Another tab?")
+        tab.locator("#question textarea").press("Enter")
+        expect(tab.get_by_text("from the second tab", exact=True)).to_be_visible()
+        expect(tab.locator("#chat [data-testid=user]")).to_have_count(1)
+        assert [m["role"] for m in model.calls[-1]["messages"]] == ["system", "user"]
+        assert len(chat_page.sessions) == 2
+        tab.close()                                                         # closing it drops its session
+        assert forgotten.acquire(timeout=30) and len(chat_page.sessions) == 1
+        expect(users).to_have_count(2)
+
         for button, answer in ((page.locator("#clear"), "after the Clear button"),
                               (page.get_by_role("button", name="Clear", exact=True), "after the bin icon")):
             button.click()                                                   # either one forgets the conversation
