@@ -20,6 +20,7 @@ from conftest import ScriptedModel
 from gradio_client import Client
 from live_model import PAUSE, WAIT_S, LiveModel, agents_of, lookup
 from openai_stub import OpenAIStub
+from test_mcp import live_children
 from test_cli import ROOT, SEARCH_THEN_ANSWER, SECRET, TINYAGENT, free_port
 
 from tinyagent import cli, web
@@ -275,6 +276,29 @@ def test_tinyagent_web_serves_the_configured_model_until_ctrl_c():
         everything = "".join(stderr) + process.stderr.read() + process.stdout.read()
         assert SECRET not in everything and "Traceback" not in everything
         assert "tinyagent: Using model stub-model at " in everything   # the model is set up before the page
+
+
+def test_web_serves_the_tools_of_an_mcp_server_and_stops_it_on_exit(monkeypatch):
+    model = LiveModel(['Thought: ask the clock.\nAction: get_current_time\nAction Input: {"timezone": "UTC"}',
+                       "Final Answer: now"])
+    monkeypatch.setattr(cli.configuration, "build_model", lambda cfg: model)
+    closed, chats = [], []
+    close_tools = cli.configuration.close_tools
+    monkeypatch.setattr(cli.configuration, "close_tools", lambda tools: (closed.extend(tools), close_tools(tools)))
+
+    def ask_then_close(page) -> None:  # instead of waiting for Ctrl-C
+        chats.append(Client(page.local_url, verbose=False).predict("What time is it?", api_name="/respond")[0])
+        page.close()
+
+    monkeypatch.setattr(gradio.Blocks, "block_thread", ask_then_close)
+    before = live_children()
+    assert cli.main(["web", "--tools", "calculator", "--mcp", f"{sys.executable} -m mcp_server_time",
+                     "--port", str(free_port())]) == 0
+    step = chats[0][1]
+    assert step["metadata"]["title"] == "Step 1 · get_current_time" and '"timezone": "UTC"' in text(step)
+    assert "Observation: " in text(step) and "Error" not in text(step)
+    assert {t.name_for_model for t in closed} >= {"calculator", "get_current_time", "convert_time"}
+    assert live_children() == before   # the MCP server process is gone
 
 
 def test_web_takes_the_model_and_agent_options_of_ask():

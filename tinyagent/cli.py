@@ -244,26 +244,29 @@ def _run(args: argparse.Namespace) -> int:
 def web_page(args: argparse.Namespace, model=None) -> int:
     """Load the model once, then serve the chat page until Ctrl-C; `model` replaces the configured one."""
     cfg = config_from_args(args)
-    tools = configuration.build_tools(cfg)
     try:
         from . import web
         web.require_gradio()
     except ImportError as e:
         raise LoadError(str(e)) from None
-    model = model if model is not None else load_model(cfg)
-
-    def new_agent(**callbacks):
-        return configuration.build_agent(cfg, model, tools=tools, **callbacks)
-
-    about = f"Model: {model_label(cfg)}. Tools: {', '.join(new_agent().tools) or 'none'}."
-    page = web.ChatPage(new_agent, about).build()
+    tools = configuration.build_tools(cfg)
     try:
-        url, public = web.serve(page, args.host, args.port, args.share)
-    except OSError as e:
-        raise LoadError(f"could not serve the page on {args.host}:{args.port}: the port is in use or not "
-                        f"allowed ({type(e).__name__}); choose another with --port") from e
-    note(f"Chat page at {url}" + (f" and {public}" if public else "") + " (Ctrl-C to stop)")
-    page.block_thread()
+        model = model if model is not None else load_model(cfg)
+
+        def new_agent(**callbacks):
+            return configuration.build_agent(cfg, model, tools=tools, **callbacks)
+
+        about = f"Model: {model_label(cfg)}. Tools: {', '.join(new_agent().tools) or 'none'}."
+        page = web.ChatPage(new_agent, about).build()
+        try:
+            url, public = web.serve(page, args.host, args.port, args.share)
+        except OSError as e:
+            raise LoadError(f"could not serve the page on {args.host}:{args.port}: the port is in use or not "
+                            f"allowed ({type(e).__name__}); choose another with --port") from e
+        note(f"Chat page at {url}" + (f" and {public}" if public else "") + " (Ctrl-C to stop)")
+        page.block_thread()
+    finally:
+        configuration.close_tools(tools)  # stops the MCP servers of --mcp / agent.mcp_servers
     return 0
 
 
