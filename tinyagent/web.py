@@ -9,6 +9,7 @@ Gradio is imported only when a page is built: `pip install 'tinyagent[web]'`.
 """
 import json
 import logging
+import os
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -40,10 +41,18 @@ NO_REPLY = ("model_error", "context_overflow")  # steps that record why a run en
 INSTALL_HINT = "the chat page needs gradio: pip install 'tinyagent[web]'"
 
 
+def _gradio():
+    """The gradio module, with its usage reports off: a local tool should not phone home."""
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    import gradio
+
+    return gradio
+
+
 def require_gradio() -> None:
     """Fail early, with the install command, when the optional gradio dependency is missing."""
     try:
-        import gradio  # noqa: F401
+        _gradio()
     except ImportError as e:
         raise ImportError(INSTALL_HINT) from e
 
@@ -244,7 +253,7 @@ class ChatPage:
 
     def build(self) -> "gr.Blocks":
         """The page: header, chat, question box, Send / Stop / Clear."""
-        import gradio as gr
+        gr = _gradio()
 
         def respond(question: str, request: gr.Request):
             for chat in self.respond(request.session_hash, question):
