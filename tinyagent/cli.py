@@ -1,4 +1,4 @@
-"""The `tinyagent` command: `ask` one question, or `chat` in a multi-turn session.
+"""The `tinyagent` command: `ask` one question, `chat` in a multi-turn session, or `web`: a chat page.
 
 Steps stream to stdout as the model writes them; status lines and errors go to stderr, so
 `--json` output on stdout stays machine-readable. User mistakes end with one line
@@ -72,6 +72,14 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--temperature", type=float)
     g.add_argument("--top-p", type=float)
     g.add_argument("-v", "--verbose", action="store_true", help="log details; tracebacks on errors")
+
+
+def add_web_options(parser: argparse.ArgumentParser) -> None:
+    """Where `tinyagent web` and `run_demo.py --web` serve the chat page."""
+    g = parser.add_argument_group("chat page")
+    g.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    g.add_argument("--port", type=int, default=7860, help="port (default: %(default)s)")
+    g.add_argument("--share", action="store_true", help="also publish a temporary public gradio.live link")
 
 
 def config_from_args(args: argparse.Namespace) -> configuration.Config:
@@ -177,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="A small bilingual ReAct agent for open-weight "
                                      "chat models.", epilog="Run `tinyagent ask -h` for the options.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{ask,chat}")
+    sub = parser.add_subparsers(dest="command", metavar="{ask,chat,web}")
     for name, text in (("ask", "answer one question"), ("chat", "a multi-turn session (stdin may be piped)")):
         p = sub.add_parser(name, help=text, description=text)
         if name == "ask":
@@ -187,6 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
         out.add_argument("--no-stream", action="store_true", help="print each step when it ends")
         out.add_argument("--json", action="store_true", help="one JSON result per question on stdout")
         out.add_argument("--trace", metavar="FILE", help="append one JSON line per step to FILE")
+    text = "a chat page in the browser: steps stream live (needs tinyagent[web])"
+    p = sub.add_parser("web", help=text, description=text)
+    add_model_options(p)
+    add_web_options(p)
     return parser
 
 
@@ -204,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.command == "web":
+        return web_page(args)
     cfg = config_from_args(args)
     tools = configuration.build_tools(cfg)
     trace = None
@@ -225,6 +239,35 @@ def _run(args: argparse.Namespace) -> int:
         configuration.close_tools(tools)
         if trace is not None:
             trace.close()
+
+
+def web_page(args: argparse.Namespace, model=None) -> int:
+    """Load the model once, then serve the chat page until Ctrl-C; `model` replaces the configured one."""
+    cfg = config_from_args(args)
+    try:
+        from . import web
+        web.require_gradio()
+    except ImportError as e:
+        raise LoadError(str(e)) from None
+    tools = configuration.build_tools(cfg)
+    try:
+        model = model if model is not None else load_model(cfg)
+
+        def new_agent(**callbacks):
+            return configuration.build_agent(cfg, model, tools=tools, **callbacks)
+
+        about = f"Model: {model_label(cfg)}. Tools: {', '.join(new_agent().tools) or 'none'}."
+        page = web.ChatPage(new_agent, about).build()
+        try:
+            url, public = web.serve(page, args.host, args.port, args.share)
+        except OSError as e:
+            raise LoadError(f"could not serve the page on {args.host}:{args.port}: the port is in use or not "
+                            f"allowed ({type(e).__name__}); choose another with --port") from e
+        note(f"Chat page at {url}" + (f" and {public}" if public else "") + " (Ctrl-C to stop)")
+        page.block_thread()
+    finally:
+        configuration.close_tools(tools)  # stops the MCP servers of --mcp / agent.mcp_servers
+    return 0
 
 
 CHAT_HELP = "Commands: /history, /reset (forget the conversation), /exit (or Ctrl-D)."
