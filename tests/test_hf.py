@@ -303,3 +303,78 @@ def test_concurrent_calls_are_serialised(model, no_reuse):
     for t in threads:
         t.join()
     assert [results[i] for i in range(4)] == expected
+
+
+def test_abandoned_stream_stops_generating_and_frees_the_model(no_reuse):
+    calls = Recorder()
+    stream = no_reuse.stream(QUESTION, max_new_tokens=200, logits_processor=[Ban(no_reuse.end_token_ids), calls])
+    first = next(stream)
+    stream.close()  # what a consumer's `break` does
+    assert first and not no_reuse._lock.locked()
+    assert no_reuse.generate(QUESTION, max_new_tokens=3) == no_reuse.generate(QUESTION, max_new_tokens=3)
+    assert len(calls.inputs) <= 6  # the worker may have been a token or two ahead, never 200
+
+
+class Halt(BaseException):
+    """Not an Exception: the kind of error a worker thread used to swallow."""
+
+
+def test_stream_raises_any_worker_exception_even_a_base_exception(no_reuse):
+    def halt(input_ids, scores):
+        raise Halt("halted")
+
+    caught: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            list(no_reuse.stream(QUESTION, max_new_tokens=3, logits_processor=[halt]))
+        except Halt as e:
+            caught.append(e)
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    consumer.join(timeout=60)  # a lost exception would leave the consumer waiting forever
+    assert not consumer.is_alive() and [str(e) for e in caught] == ["halted"]
+
+
+# --- sliding-window attention (Mistral): reuse past the window, and no poisoned cache ------------
+
+@pytest.fixture(scope="module")
+def mistral(tmp_path_factory):
+    from tiny_models import build_tiny_model
+
+    return HFChatModel(str(build_tiny_model("mistral", tmp_path_factory.mktemp("mistral"))))
+
+
+def test_sliding_window_model_reuses_its_cache_past_the_window(mistral):
+    """transformers' sliding layers refuse `crop` once the window is full: the second call used to raise."""
+    fresh = HFChatModel.from_model(mistral.model, mistral.tokenizer, reuse_cache=False)
+    mistral.reset_cache()
+    with_cache, rec_a = run_steps(mistral)
+    without, rec_b = run_steps(fresh)
+    assert [str(o) for o in with_cache] == [str(o) for o in without]
+    for a, b in zip(rec_a, rec_b):
+        for sa, sb in zip(a.scores, b.scores):
+            assert torch.allclose(sa, sb, atol=1e-4)
+    window = mistral.model.config.sliding_window
+    assert with_cache[0].prompt_tokens > window and all(o.cached_tokens > window for o in with_cache[1:])
+
+
+def test_a_failure_while_preparing_the_cache_does_not_poison_later_calls(mistral, monkeypatch):
+    from transformers import DynamicCache
+
+    mistral.reset_cache()
+    run_steps(mistral, 2)
+
+    def broken_crop(self, tokens_to_remove):  # as a cache whose first layer crops and second refuses
+        self.layers[0].crop(tokens_to_remove)
+        raise RuntimeError("crop failed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(DynamicCache, "crop", broken_crop)
+        with pytest.raises(RuntimeError, match="crop failed"):
+            mistral.generate(scratch("Thought: a"), max_new_tokens=5)
+    out = mistral.generate(scratch("Thought: a"), max_new_tokens=5)
+    assert out.cached_tokens == 0
+    assert out == HFChatModel.from_model(mistral.model, mistral.tokenizer, reuse_cache=False).generate(
+        scratch("Thought: a"), max_new_tokens=5)

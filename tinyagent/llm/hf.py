@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 
 from .base import BaseModel, Completion, Message, TextCallback, trim_at_stop
+from .prefix_cache import PrefixCache, common_prefix_length  # noqa: F401  (re-exported)
 from .streaming import StopHoldback, make_streamer
 
 log = logging.getLogger(__name__)
@@ -69,23 +70,6 @@ def load_hf(model_id_or_path: str, device: str = "auto", dtype="auto", gguf_file
     return model, tokenizer
 
 
-def common_prefix_length(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
-def _length_dependent_rope_limit(config) -> int | None:
-    """The length past which the model's rope frequencies depend on the sequence length (dynamic NTK,
-    LongRoPE), so cached keys stop matching a fresh prefill; None when they never do."""
-    rope = getattr(config, "rope_parameters", None) or {}
-    if rope.get("rope_type") not in ("dynamic", "longrope"):
-        return None
-    return rope.get("original_max_position_embeddings") or config.max_position_embeddings
-
-
 class HFChatModel(BaseModel):
     """A transformers chat model: chat template, stop strings, streaming, KV-cache reuse.
 
@@ -111,17 +95,14 @@ class HFChatModel(BaseModel):
             raise ValueError("this tokenizer has no chat template: use a chat (instruct) model, "
                              "or set tokenizer.chat_template")
         self.model, self.tokenizer = model, tokenizer
-        self.reuse_cache = reuse_cache
         self.generation_defaults = {**DEFAULT_GENERATION, **generation_defaults}
         special = {*tokenizer.all_special_tokens,
                    *(t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values() if t.special)}
         self.control_tokens = tuple(sorted(t for t in special if t))
         self.context_window = getattr(model.config.get_text_config(), "max_position_embeddings", None)
         self.end_token_ids = self._end_token_ids()
-        self.exact_reuse_limit = _length_dependent_rope_limit(model.config.get_text_config())
+        self._prefix = PrefixCache(model, reuse_cache)
         self._lock = threading.Lock()
-        self._cache = None
-        self._cache_ids: list[int] = []
         self._warned: set[str] = set()
         self._stop_cache: dict[tuple[str, ...], object] = {}
 
@@ -175,11 +156,12 @@ class HFChatModel(BaseModel):
     def generate(self, messages: list[Message], stop: list[str] | None = None, *,
                  max_new_tokens: int | None = None, temperature: float | None = None, top_p: float | None = None,
                  on_text: TextCallback | None = None, logits_processor: list | None = None, constraint=None,
-                 **ignored) -> Completion:
+                 cancel: threading.Event | None = None, **ignored) -> Completion:
         """Continue `messages`; returns the new text (before the first stop string) with usage counts.
 
         `constraint` (a `react.StepFormat`) keeps the reply in that format (needs outlines, see
-        `llm.constrained`); the compiled automaton is cached, its per-call state is not.
+        `llm.constrained`); the compiled automaton is cached, its per-call state is not. Setting
+        `cancel` ends generation after the current token (what `stream` does when abandoned).
         """
         for key in ignored.keys() - self._warned:
             self._warned.add(key)
@@ -196,7 +178,8 @@ class HFChatModel(BaseModel):
             ids = self.encode_prompt(self.render_prompt(messages))
             holdback = StopHoldback(on_text, stop) if on_text else None
             started = time.perf_counter()
-            new_ids, reused = self._run(ids, config, holdback, logits_processor, self._stop_criteria(stop))
+            stopping = [*self._stop_criteria(stop), *([_Cancelled(cancel)] if cancel is not None else [])]
+            new_ids, reused = self._run(ids, config, holdback, logits_processor, stopping)
             seconds = time.perf_counter() - started
             text = trim_at_stop(self.decode_new(ids, new_ids), stop)
         if holdback:
@@ -205,27 +188,50 @@ class HFChatModel(BaseModel):
                           cached_tokens=reused)
 
     def stream(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> Iterator[str]:
-        """`generate` as an iterator of text chunks (generation runs in a background thread)."""
-        chunks: queue.Queue = queue.Queue()
+        """`generate` as an iterator of text chunks (generation runs in a background thread).
+
+        The worker waits while a chunk is not taken, so it never runs more than a token or two
+        ahead; closing or abandoning the iterator stops it at the next token and frees the model.
+        Whatever the worker raises (any `BaseException`) is raised here.
+        """
+        chunks: queue.Queue = queue.Queue(maxsize=1)
+        cancelled = threading.Event()
         done = object()
+
+        def hand_over(item) -> None:
+            while not cancelled.is_set():
+                try:
+                    chunks.put(item, timeout=0.05)
+                    return
+                except queue.Full:
+                    pass
 
         def work() -> None:
             try:
-                self.generate(messages, stop, on_text=chunks.put, **kwargs)
-                chunks.put(done)
-            except Exception as e:  # handed to the consumer, raised there
-                chunks.put(e)
+                self.generate(messages, stop, on_text=hand_over, cancel=cancelled, **kwargs)
+                hand_over(done)
+            except BaseException as e:  # noqa: BLE001  (handed to the consumer, raised there)
+                hand_over(e)
 
-        threading.Thread(target=work, daemon=True).start()
-        while (item := chunks.get()) is not done:
-            if isinstance(item, Exception):
-                raise item
-            yield item
+        worker = threading.Thread(target=work, daemon=True)
+        worker.start()
+        try:
+            while (item := chunks.get()) is not done:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            cancelled.set()
+            worker.join()
+
+    @property
+    def reuse_cache(self) -> bool:
+        return self._prefix.enabled
 
     def reset_cache(self) -> None:
         """Forget the kept KV cache (frees its memory)."""
         with self._lock:
-            self._cache, self._cache_ids = None, []
+            self._prefix.clear()
 
     def _generation_config(self, **overrides):
         from transformers import GenerationConfig
@@ -255,49 +261,39 @@ class HFChatModel(BaseModel):
 
     def _run(self, ids: list[int], config, holdback: StopHoldback | None,
              logits_processor: list | None, stopping: list = ()) -> tuple[list[int], int]:
-        """Generate after `ids`, reusing the kept cache; returns (new ids, tokens reused)."""
+        """Generate after `ids`, reusing what the kept cache holds of them; returns (new ids, tokens reused).
+
+        Any failure, preparing the cache included, drops the kept cache, so one bad call never
+        poisons the next.
+        """
         import torch
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
-        cache, reused = self._prepare_cache(ids)
         device = self.model.device
         input_ids = torch.tensor([ids], device=device)
         streamer = make_streamer(lambda new: self.decode_new(ids, new), holdback) if holdback else None
         try:
+            cache, reused = self._prefix.prepare(ids)
             with torch.inference_mode():
                 out = self.model.generate(
                     input_ids, attention_mask=torch.ones_like(input_ids), cache=cache, generation_config=config,
                     logits_processor=LogitsProcessorList(logits_processor or []), streamer=streamer,
                     stopping_criteria=StoppingCriteriaList(stopping))
         except BaseException:
-            self._cache, self._cache_ids = None, []
+            self._prefix.clear()
             raise
         sequence = out.sequences[0].tolist()
-        if self.reuse_cache:
-            self._cache, self._cache_ids = cache, sequence[: cache.get_seq_length()]
+        self._prefix.keep(cache, sequence)
         return sequence[len(ids):], reused
 
-    def _prepare_cache(self, ids: list[int]):
-        """(cache, reused): the kept cache cut back to its longest common prefix with `ids`, or a new one.
 
-        At least one token of `ids` is always left to feed. Comparing token ids (not text) means
-        a re-tokenised boundary, e.g. near a trimmed stop string, only costs the tokens after it.
-        """
-        from transformers import DynamicCache
+class _Cancelled:
+    """A stopping criterion: true once `event` is set."""
 
-        reused = 0
-        limit = self.exact_reuse_limit
-        if limit is not None and max(len(self._cache_ids), len(ids)) > limit:
-            self._cache, self._cache_ids = None, []  # rope frequencies change with the length: recompute all
-        if self.reuse_cache and self._cache is not None:
-            reused = min(common_prefix_length(self._cache_ids, ids), len(ids) - 1)
-            drop = len(self._cache_ids) - reused
-            if drop and not getattr(self._cache, "is_croppable", True):
-                reused = 0
-            elif reused and drop:
-                self._cache.crop(-drop)
-                self._cache_ids = self._cache_ids[:reused]
-        if reused == 0:
-            self._cache, self._cache_ids = None, []
-            return DynamicCache(config=self.model.config), 0
-        return self._cache, reused
+    def __init__(self, event: threading.Event):
+        self.event = event
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
