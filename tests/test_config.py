@@ -200,9 +200,9 @@ def test_build_model_maps_each_backend(monkeypatch, tmp_path, caplog):
     Recorder.made = []
     gen = {"max_new_tokens": 64, "temperature": 0.0, "top_p": 1.0}
     config.build_model(load_config(None, {"generation.max_new_tokens": 64}))
-    assert Recorder.made[-1] == ((), gen)
+    assert Recorder.made[-1] == ((), {"dtype": "auto", **gen})
     config.build_model(load_config(None, {"generation.max_new_tokens": 64, "model.device": "cuda"}))
-    assert Recorder.made[-1] == ((), {"device": "cuda", **gen})
+    assert Recorder.made[-1] == ((), {"device": "cuda", "dtype": "auto", **gen})
     config.build_model(load_config(None, {"model.backend": "hf", "model.path": "org/m", "model.gguf_file": "m.gguf",
                                           "model.device": "cpu", "generation.max_new_tokens": 64}))
     assert Recorder.made[-1] == (("org/m",), {"device": "cpu", "dtype": "auto", "gguf_file": "m.gguf",

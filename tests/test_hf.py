@@ -20,7 +20,8 @@ QUESTION = [{"role": "system", "content": "Answer with tools."}, {"role": "user"
 
 @pytest.fixture(scope="module")
 def model(tiny_llama_dir):
-    return HFChatModel(tiny_llama_dir)
+    """float32: reuse is checked score for score against a full prefill."""
+    return HFChatModel(tiny_llama_dir, dtype="float32")
 
 
 @pytest.fixture(scope="module")
@@ -68,15 +69,20 @@ def scratch(content: str) -> list[dict]:
 
 # --- loading, prompts, counts ------------------------------------------------------------
 
-def test_loads_on_cpu_in_float32_and_describes_itself(model):
-    assert next(model.model.parameters()).dtype == torch.float32
+def test_loads_on_cpu_in_the_auto_dtype_and_describes_itself(model, tiny_llama_dir):
+    assert next(HFChatModel(tiny_llama_dir).model.parameters()).dtype == placement("cpu", "auto")[1]
     assert model.context_window == 2048
     assert set(model.control_tokens) == {"<|im_start|>", "<|im_end|>", "<|endoftext|>"}
     assert model.tokenizer.convert_tokens_to_ids("<|im_end|>") in model.end_token_ids
 
 
-def test_placement_rules():
+def test_placement_rules(monkeypatch):
+    from tinyagent.llm import hf
+
+    monkeypatch.setattr(hf, "cpu_has_native_bf16", lambda: False)
     assert placement("cpu", "auto") == (None, torch.float32)
+    monkeypatch.setattr(hf, "cpu_has_native_bf16", lambda: True)
+    assert placement("cpu", "auto") == (None, torch.bfloat16)
     assert placement("cpu", "bfloat16") == (None, torch.bfloat16)
     assert placement("cpu", torch.float16) == (None, torch.float16)
     with pytest.raises(ValueError, match="unknown dtype"):
@@ -343,7 +349,7 @@ def test_stream_raises_any_worker_exception_even_a_base_exception(no_reuse):
 def mistral(tmp_path_factory):
     from tiny_models import build_tiny_model
 
-    return HFChatModel(str(build_tiny_model("mistral", tmp_path_factory.mktemp("mistral"))))
+    return HFChatModel(str(build_tiny_model("mistral", tmp_path_factory.mktemp("mistral"))), dtype="float32")
 
 
 def test_sliding_window_model_reuses_its_cache_past_the_window(mistral):

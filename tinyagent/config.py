@@ -309,7 +309,7 @@ def build_model(cfg: Config):
         log.warning("trust_remote_code is on for %s: Python code from that model repository will run on "
                     "this machine with your permissions. Use it only for repositories you trust.", m.path)
     if m.backend == "embedded":  # CPU unless a device is named: 135M parameters need no GPU
-        return llm.default_model(**({} if m.device == "auto" else {"device": m.device}), **gen)
+        return llm.default_model(**({} if m.device == "auto" else {"device": m.device}), dtype=m.dtype, **gen)
     if m.backend == "hf":
         return llm.HFChatModel(m.path, device=m.device, dtype=m.dtype, gguf_file=m.gguf_file,
                                trust_remote_code=m.trust_remote_code, **gen)

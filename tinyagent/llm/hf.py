@@ -11,8 +11,10 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 from .base import BaseModel, Completion, Message, TextCallback, trim_at_stop
+from .gguf_cache import cached_folder
 from .prefix_cache import PrefixCache, common_prefix_length  # noqa: F401  (re-exported)
 from .streaming import StopHoldback, make_streamer
 
@@ -32,8 +34,20 @@ def require(modules: tuple[str, ...], purpose: str) -> None:
         raise ImportError(f"{purpose} needs {', '.join(missing)}: pip install {' '.join(missing)}")
 
 
+def cpu_has_native_bf16() -> bool:
+    """True on x86 CPUs with AVX512-BF16 (AMX ones have it too), where bf16 matmuls run natively."""
+    import torch
+
+    check = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
+    try:
+        return bool(check and check())
+    except RuntimeError:
+        return False
+
+
 def placement(device: str = "auto", dtype="auto"):
-    """(device_map, torch dtype): bf16 (fp16 without bf16) and device_map="auto" on CUDA, float32 on CPU."""
+    """(device_map, torch dtype): bf16 (fp16 without bf16) and device_map="auto" on CUDA; on CPU bf16
+    where the CPU computes it natively (faster there, see README), float32 elsewhere."""
     import torch
 
     if device == "auto":
@@ -42,7 +56,7 @@ def placement(device: str = "auto", dtype="auto"):
         if str(device).startswith("cuda"):
             dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         else:
-            dtype = torch.float32
+            dtype = torch.bfloat16 if str(device) == "cpu" and cpu_has_native_bf16() else torch.float32
     elif isinstance(dtype, str):
         if not isinstance(getattr(torch, dtype, None), torch.dtype):
             raise ValueError(f"unknown dtype {dtype!r}: use 'auto', 'bfloat16', 'float16' or 'float32'")
@@ -55,13 +69,19 @@ def placement(device: str = "auto", dtype="auto"):
 
 def load_hf(model_id_or_path: str, device: str = "auto", dtype="auto", gguf_file: str | None = None,
             trust_remote_code: bool = False):
-    """(model, tokenizer) from a hub id or a local folder, or a GGUF file in it."""
+    """(model, tokenizer) from a hub id or a local folder, or a GGUF file in it (a local one is
+    converted once and then loaded from the cache, see `llm.gguf_cache`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     extra = {}
     if gguf_file:
         require(("gguf", "accelerate"), "loading a GGUF file")
-        extra["gguf_file"] = gguf_file
+        local = Path(model_id_or_path) / gguf_file
+        converted = cached_folder(local) if local.is_file() else None  # a hub file converts every time
+        if converted is not None:
+            model_id_or_path = str(converted)
+        else:
+            extra["gguf_file"] = gguf_file
     device_map, torch_dtype = placement(device, dtype)
     tokenizer = AutoTokenizer.from_pretrained(model_id_or_path, trust_remote_code=trust_remote_code, **extra)
     model = AutoModelForCausalLM.from_pretrained(
