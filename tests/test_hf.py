@@ -1,6 +1,7 @@
 """HFChatModel on a tiny random Llama the tests build: prompts, stops, streaming, usage, KV-cache reuse."""
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import threading
@@ -163,7 +164,7 @@ def test_generation_defaults_and_per_call_overrides(model):
     assert m.generate(QUESTION, logits_processor=ban).completion_tokens == 5
     assert m.generate(QUESTION, max_new_tokens=3, logits_processor=[Ban(m.end_token_ids)]).completion_tokens == 3
     assert not m._generation_config().do_sample
-    sampled = m._generation_config(temperature=0.7, top_p=0.9)
+    sampled = m._generation_config(m._options(temperature=0.7, top_p=0.9))
     assert (sampled.do_sample, sampled.temperature, sampled.top_p) == (True, 0.7, 0.9)
 
 
@@ -384,3 +385,47 @@ def test_a_failure_while_preparing_the_cache_does_not_poison_later_calls(mistral
     assert out.cached_tokens == 0
     assert out == HFChatModel.from_model(mistral.model, mistral.tokenizer, reuse_cache=False).generate(
         scratch("Thought: a"), max_new_tokens=5)
+
+
+# --- repetition within the reply -----------------------------------------------------------------
+
+def test_generation_options_name_what_generate_honours(model):
+    assert HFChatModel.generation_options == {"max_new_tokens", "temperature", "top_p", "repetition_penalty",
+                                              "no_repeat_ngram_size", "max_line_tokens"}
+    for option in HFChatModel.generation_options:
+        assert option in inspect.signature(HFChatModel.generate).parameters
+
+
+def test_reply_repetition_penalises_only_the_replys_tokens():
+    from tinyagent.llm.repetition import ReplyRepetition
+
+    penalty = ReplyRepetition(penalty=2.0)
+    scores = torch.tensor([[4.0, -4.0, 4.0, 4.0]])
+    assert torch.equal(penalty(torch.tensor([[2, 3]]), scores), scores)  # the prompt: nothing generated yet
+    out = penalty(torch.tensor([[2, 3, 0, 1]]), scores)  # the reply so far: tokens 0 and 1
+    assert out.tolist() == [[2.0, -8.0, 4.0, 4.0]]
+
+
+def test_no_repeat_ngram_bans_within_the_reply_but_never_the_last_way_out():
+    from tinyagent.llm.repetition import ReplyRepetition
+
+    ngram = ReplyRepetition(ngram=2)
+    ngram(torch.tensor([[1, 2, 1, 2]]), torch.zeros(1, 4))  # prompt 1 2 1 2: repeats are not the reply's
+    out = ngram(torch.tensor([[1, 2, 1, 2, 3, 1, 3]]), torch.zeros(1, 4))
+    assert out.tolist() == [[0.0, float("-inf"), 0.0, 0.0]]  # "3 1" was written: 1 may not follow 3 again
+    only = torch.tensor([[float("-inf"), 0.0, float("-inf"), float("-inf")]])  # the format allows just 1
+    assert torch.equal(ngram(torch.tensor([[1, 2, 1, 2, 3, 1, 3]]), only), only)
+
+
+def test_no_repeat_ngram_size_stops_a_looping_reply(no_reuse):
+    def bigrams(**options) -> list:
+        rec = Recorder()
+        no_reuse.generate(QUESTION, max_new_tokens=60, logits_processor=[Ban(no_reuse.end_token_ids), rec],
+                          **options)
+        new = rec.inputs[-1][len(rec.inputs[0]):]  # every generated token but the last
+        return list(zip(new, new[1:]))
+
+    looping = bigrams()
+    assert len(set(looping)) < len(looping)  # random weights loop
+    free = bigrams(no_repeat_ngram_size=2)
+    assert len(free) == 58 and len(set(free)) == len(free)

@@ -5,9 +5,9 @@ is kept and only the tokens after the longest common prefix (compared on token i
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
-import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -16,14 +16,17 @@ from pathlib import Path
 from .base import BaseModel, Completion, Message, TextCallback, trim_at_stop
 from .gguf_cache import cached_folder
 from .prefix_cache import PrefixCache, common_prefix_length  # noqa: F401  (re-exported)
-from .streaming import StopHoldback, make_streamer
+from .repetition import ReplyRepetition
+from .streaming import CancelCriterion, StopHoldback, make_streamer, stream_in_thread
 
 log = logging.getLogger(__name__)
 
 #: Special tokens that close a turn in common chat formats; generation stops at any the tokenizer has.
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
-GENERATE_OPTIONS = ("max_new_tokens", "temperature", "top_p")
-DEFAULT_GENERATION = {"max_new_tokens": 512, "temperature": 0.0, "top_p": 1.0}
+#: Options HFChatModel applies itself, within the reply (not transformers' whole-sequence versions).
+REPLY_OPTIONS = ("repetition_penalty", "no_repeat_ngram_size", "max_line_tokens")
+DEFAULT_GENERATION = {"max_new_tokens": 512, "temperature": 0.0, "top_p": 1.0, "repetition_penalty": 1.0,
+                      "no_repeat_ngram_size": 0, "max_line_tokens": None}
 _DECODE_CONTEXT = 4  # prompt tokens decoded along with new ones, so a leading space survives decoding
 
 
@@ -97,6 +100,9 @@ class HFChatModel(BaseModel):
     in that folder. `generation_defaults` (max_new_tokens, temperature, top_p, any other
     `GenerationConfig` field) apply to every call; `generate` can override the first three.
     """
+
+    #: The keyword options `generate` honours (others are ignored with a warning).
+    generation_options = frozenset({"max_new_tokens", "temperature", "top_p", *REPLY_OPTIONS})
 
     def __init__(self, model_id_or_path: str, device: str = "auto", dtype="auto", gguf_file: str | None = None,
                  trust_remote_code: bool = False, reuse_cache: bool = True, **generation_defaults):
@@ -175,31 +181,43 @@ class HFChatModel(BaseModel):
 
     def generate(self, messages: list[Message], stop: list[str] | None = None, *,
                  max_new_tokens: int | None = None, temperature: float | None = None, top_p: float | None = None,
-                 on_text: TextCallback | None = None, logits_processor: list | None = None, constraint=None,
-                 cancel: threading.Event | None = None, **ignored) -> Completion:
+                 repetition_penalty: float | None = None, no_repeat_ngram_size: int | None = None,
+                 max_line_tokens: int | None = None, on_text: TextCallback | None = None,
+                 logits_processor: list | None = None, constraint=None, cancel: threading.Event | None = None,
+                 **ignored) -> Completion:
         """Continue `messages`; returns the new text (before the first stop string) with usage counts.
 
         `constraint` (a `react.StepFormat`) keeps the reply in that format (needs outlines, see
-        `llm.constrained`); the compiled automaton is cached, its per-call state is not. Setting
-        `cancel` ends generation after the current token (what `stream` does when abandoned).
+        `llm.constrained`); the compiled automaton is cached, its per-call state is not.
+        `max_line_tokens` replaces the format's line budget. `repetition_penalty` and
+        `no_repeat_ngram_size` act within the reply only (`llm.repetition`). Setting `cancel` ends
+        generation after the current token (what `stream` does when abandoned).
         """
         for key in ignored.keys() - self._warned:
             self._warned.add(key)
             log.warning("%s ignores the generate option %r", type(self).__name__, key)
         stop = [s for s in stop or () if s]
-        config = self._generation_config(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+        options = self._options(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
+                                max_line_tokens=max_line_tokens)
+        penalty, ngram, line_budget = (options.pop(k) for k in REPLY_OPTIONS)
+        config = self._generation_config(options)
+        processors = list(logits_processor or [])
         if constraint is not None:
             from .constrained import step_processor
 
-            logits_processor = [*(logits_processor or []), step_processor(
-                self.tokenizer, constraint, end_ids=self.end_token_ids, max_new_tokens=config.max_new_tokens,
-                stop=stop)]
+            if line_budget:
+                constraint = dataclasses.replace(constraint, max_line_tokens=line_budget)
+            processors.append(step_processor(self.tokenizer, constraint, end_ids=self.end_token_ids,
+                                             max_new_tokens=config.max_new_tokens, stop=stop))
+        if penalty != 1.0 or ngram:
+            processors.append(ReplyRepetition(penalty, ngram))  # after the format: it only picks among allowed
         with self._lock:
             ids = self.encode_prompt(self.render_prompt(messages))
             holdback = StopHoldback(on_text, stop) if on_text else None
             started = time.perf_counter()
-            stopping = [*self._stop_criteria(stop), *([_Cancelled(cancel)] if cancel is not None else [])]
-            new_ids, reused = self._run(ids, config, holdback, logits_processor, stopping)
+            stopping = [*self._stop_criteria(stop), *([CancelCriterion(cancel)] if cancel is not None else [])]
+            new_ids, reused = self._run(ids, config, holdback, processors, stopping)
             seconds = time.perf_counter() - started
             text = trim_at_stop(self.decode_new(ids, new_ids), stop)
         if holdback:
@@ -208,41 +226,13 @@ class HFChatModel(BaseModel):
                           cached_tokens=reused)
 
     def stream(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> Iterator[str]:
-        """`generate` as an iterator of text chunks (generation runs in a background thread).
+        """`generate` as an iterator of text chunks, generated in a background thread.
 
-        The worker waits while a chunk is not taken, so it never runs more than a token or two
-        ahead; closing or abandoning the iterator stops it at the next token and frees the model.
-        Whatever the worker raises (any `BaseException`) is raised here.
+        Closing or abandoning the iterator stops generation within a token or two and frees the
+        model; whatever the generation raises is raised here (see `streaming.stream_in_thread`).
         """
-        chunks: queue.Queue = queue.Queue(maxsize=1)
-        cancelled = threading.Event()
-        done = object()
-
-        def hand_over(item) -> None:
-            while not cancelled.is_set():
-                try:
-                    chunks.put(item, timeout=0.05)
-                    return
-                except queue.Full:
-                    pass
-
-        def work() -> None:
-            try:
-                self.generate(messages, stop, on_text=hand_over, cancel=cancelled, **kwargs)
-                hand_over(done)
-            except BaseException as e:  # noqa: BLE001  (handed to the consumer, raised there)
-                hand_over(e)
-
-        worker = threading.Thread(target=work, daemon=True)
-        worker.start()
-        try:
-            while (item := chunks.get()) is not done:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            cancelled.set()
-            worker.join()
+        return stream_in_thread(lambda on_text, cancel: self.generate(
+            messages, stop, on_text=on_text, cancel=cancel, **kwargs))
 
     @property
     def reuse_cache(self) -> bool:
@@ -253,10 +243,15 @@ class HFChatModel(BaseModel):
         with self._lock:
             self._prefix.clear()
 
-    def _generation_config(self, **overrides):
+    def _options(self, **overrides) -> dict:
+        """The generation defaults with this call's overrides (those not None)."""
+        return {**self.generation_defaults, **{k: v for k, v in overrides.items() if v is not None}}
+
+    def _generation_config(self, options: dict | None = None):
+        """A transformers `GenerationConfig` from `options` (the defaults when None), minus REPLY_OPTIONS."""
         from transformers import GenerationConfig
 
-        options = {**self.generation_defaults, **{k: v for k, v in overrides.items() if v is not None}}
+        options = {k: v for k, v in (options or self._options()).items() if k not in REPLY_OPTIONS}
         temperature, top_p = options.pop("temperature"), options.pop("top_p")
         if temperature and temperature > 0:
             options.update(do_sample=True, temperature=temperature, top_p=top_p)
@@ -306,14 +301,3 @@ class HFChatModel(BaseModel):
         self._prefix.keep(cache, sequence)
         return sequence[len(ids):], reused
 
-
-class _Cancelled:
-    """A stopping criterion: true once `event` is set."""
-
-    def __init__(self, event: threading.Event):
-        self.event = event
-
-    def __call__(self, input_ids, scores, **kwargs):
-        import torch
-
-        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
