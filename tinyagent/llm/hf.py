@@ -1,7 +1,9 @@
 """HFChatModel: any Hugging Face causal chat model, run locally with transformers.
 
 Greedy by default. Within one agent run the prompt only grows, so the KV cache of the last call
-is kept and only the tokens after the longest common prefix (compared on token ids) are fed.
+is kept and only the tokens after the longest common prefix (compared on token ids) are fed
+(`prefix_cache`: exact for every attention type). A local GGUF file is converted once and cached
+(`gguf_cache`).
 """
 from __future__ import annotations
 
@@ -97,8 +99,8 @@ class HFChatModel(BaseModel):
     """A transformers chat model: chat template, stop strings, streaming, KV-cache reuse.
 
     `HFChatModel("HuggingFaceTB/SmolLM2-360M-Instruct")`, a local folder, or `gguf_file=` a GGUF file
-    in that folder. `generation_defaults` (max_new_tokens, temperature, top_p, any other
-    `GenerationConfig` field) apply to every call; `generate` can override the first three.
+    in that folder. `generation_defaults` (the `generation_options`, or any other transformers
+    `GenerationConfig` field) apply to every call; `generate` can override the `generation_options`.
     """
 
     #: The keyword options `generate` honours (others are ignored with a warning).
