@@ -108,3 +108,17 @@ def test_the_embedded_model_loads_from_the_cache_the_second_time(embedded_model,
     ids = torch.tensor([direct(text)["input_ids"]])
     with torch.inference_mode():
         assert torch.equal(model(ids).logits, embedded_model.model(ids).logits)
+
+
+def test_a_full_disk_while_writing_falls_back_and_leaves_nothing_behind(fake_gguf, monkeypatch, caplog):
+    source, _ = fake_gguf
+
+    def disk_full(path, folder):
+        (folder / "model.safetensors").write_bytes(b"\0" * 1000)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(gguf_cache, "_convert", disk_full)
+    with caplog.at_level("WARNING"):
+        assert gguf_cache.cached_folder(source) is None
+    assert "No space left on device" in caplog.text
+    assert list((gguf_cache.cache_root() / "gguf").iterdir()) == []

@@ -61,24 +61,27 @@ def cached_folder(gguf_path: Path) -> Path | None:
         target.parent.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=".partial-", dir=target.parent))
     except OSError as e:
-        log.warning("cannot write the model cache in %s (%s): converting %s at every start",
-                    target.parent, e.strerror or e, gguf_path.name)
-        return None
+        return _not_writable(target, gguf_path, e)
     try:
         _convert(gguf_path, scratch)
         os.rename(scratch, target)  # atomic; fails if another process got there first
     except NotCacheable as e:
         log.info("%s is not cached: %s", gguf_path.name, e)
         return None
-    except OSError:
+    except OSError as e:  # another process won the rename, or the disk is full
         if not (target / "config.json").is_file():
-            raise
+            return _not_writable(target, gguf_path, e)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     _drop_older_entries(gguf_path, target)
     log.warning("converted %s once and cached it in %s (%.0f MB; set %s to move it); later starts load "
                 "from there", gguf_path.name, target, folder_size(target) / 1e6, ENV_VAR)
     return target
+
+
+def _not_writable(target: Path, gguf_path: Path, error: OSError) -> None:
+    log.warning("cannot write the model cache in %s (%s): converting %s at every start",
+                target.parent, error.strerror or error, gguf_path.name)
 
 
 def _convert(gguf_path: Path, folder: Path) -> None:
