@@ -122,3 +122,16 @@ def test_a_full_disk_while_writing_falls_back_and_leaves_nothing_behind(fake_ggu
         assert gguf_cache.cached_folder(source) is None
     assert "No space left on device" in caplog.text
     assert list((gguf_cache.cache_root() / "gguf").iterdir()) == []
+
+
+def test_partial_folders_of_killed_conversions_are_cleared_but_not_a_live_one(fake_gguf):
+    source, _ = fake_gguf
+    folder = gguf_cache.cache_root() / "gguf"
+    stale, live = folder / ".partial-killed", folder / ".partial-running"
+    for partial in (stale, live):
+        partial.mkdir(parents=True)
+        (partial / "model.safetensors").write_bytes(b"\0" * 100)
+    hours_ago = stale.stat().st_mtime - 2 * gguf_cache.STALE_SECONDS
+    os.utime(stale, (hours_ago, hours_ago))
+    entry = gguf_cache.cached_folder(source)
+    assert sorted(p.name for p in folder.iterdir()) == sorted([entry.name, live.name])

@@ -18,12 +18,14 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 ENV_VAR = "TINYAGENT_CACHE"
 FORMAT = 1  # bump when what an entry holds changes
+STALE_SECONDS = 3600  # a partial folder this old was left by a conversion that was killed
 
 
 class NotCacheable(Exception):
@@ -103,7 +105,14 @@ def _convert(gguf_path: Path, folder: Path) -> None:
 
 
 def _drop_older_entries(gguf_path: Path, keep: Path) -> None:
-    """Remove earlier conversions of the same file (it changed since), so the cache does not grow."""
+    """Remove earlier conversions of the same file (it changed since), and what killed conversions left
+    (partial folders untouched for STALE_SECONDS: a live one is younger), so the cache does not grow."""
+    for partial in keep.parent.glob(".partial-*"):
+        try:
+            if time.time() - partial.stat().st_mtime > STALE_SECONDS:
+                shutil.rmtree(partial, ignore_errors=True)
+        except OSError:
+            continue
     source = str(gguf_path.resolve())
     for entry in keep.parent.glob(f"{gguf_path.stem}-*"):
         try:
