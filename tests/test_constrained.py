@@ -357,3 +357,34 @@ def test_the_first_token_starts_the_thought_and_extra_logits_are_masked(tiny):
     texts = processor.vocab.texts
     assert allowed and all("Thought: ".startswith(texts[t]) or texts[t].startswith("Thought: ") for t in allowed)
     assert max(allowed) < len(tiny.tokenizer)
+
+
+def test_the_cached_mask_of_a_state_depends_on_the_end_ids(tiny):
+    """Two calls with different end-of-turn ids share the automaton, not each other's masks."""
+    end_a, end_b = tiny.tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
+    reply = tiny.tokenizer("Thought: x\nFinal Answer: 72", add_special_tokens=False)["input_ids"]
+    allowed = []
+    for end_ids in ([end_a], [end_b]):
+        processor = constrained.step_processor(tiny.tokenizer, FMT, end_ids=end_ids, max_new_tokens=200)
+        ids = [1]
+        for token in reply:
+            processor(torch.tensor([ids]), torch.zeros(1, len(tiny.tokenizer)))
+            ids.append(token)
+        scores = processor(torch.tensor([ids]), torch.zeros(1, len(tiny.tokenizer)))
+        assert processor.compiled.final[processor.state]  # the reply may end here, so an end id is allowed
+        allowed.append(set(torch.isfinite(scores[0]).nonzero().flatten().tolist()))
+    assert end_a in allowed[0] and end_b not in allowed[0]
+    assert end_b in allowed[1] and end_a not in allowed[1]
+
+
+def test_repetition_options_and_a_shorter_line_budget_keep_replies_valid(tiny):
+    fmt = react.step_format([Calculator()])
+    for question in QUESTIONS[:3]:
+        plain = tiny.generate(conversation(question), constraint=fmt, max_new_tokens=120)
+        short = tiny.generate(conversation(question), constraint=fmt, max_new_tokens=120, max_line_tokens=6,
+                              repetition_penalty=1.3, no_repeat_ngram_size=3)
+        for reply in (plain, short):
+            assert re.fullmatch(constrained.pattern_of(fmt), str(reply)), reply
+        thought = str(short).split("\n")[0]
+        assert len(tiny.tokenizer(thought, add_special_tokens=False)["input_ids"]) <= 8  # within 6, or ending
+        assert short.completion_tokens < plain.completion_tokens

@@ -1,6 +1,7 @@
 """HFChatModel on a tiny random Llama the tests build: prompts, stops, streaming, usage, KV-cache reuse."""
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import threading
@@ -20,7 +21,8 @@ QUESTION = [{"role": "system", "content": "Answer with tools."}, {"role": "user"
 
 @pytest.fixture(scope="module")
 def model(tiny_llama_dir):
-    return HFChatModel(tiny_llama_dir)
+    """float32: reuse is checked score for score against a full prefill."""
+    return HFChatModel(tiny_llama_dir, dtype="float32")
 
 
 @pytest.fixture(scope="module")
@@ -68,15 +70,20 @@ def scratch(content: str) -> list[dict]:
 
 # --- loading, prompts, counts ------------------------------------------------------------
 
-def test_loads_on_cpu_in_float32_and_describes_itself(model):
-    assert next(model.model.parameters()).dtype == torch.float32
+def test_loads_on_cpu_in_the_auto_dtype_and_describes_itself(model, tiny_llama_dir):
+    assert next(HFChatModel(tiny_llama_dir).model.parameters()).dtype == placement("cpu", "auto")[1]
     assert model.context_window == 2048
     assert set(model.control_tokens) == {"<|im_start|>", "<|im_end|>", "<|endoftext|>"}
     assert model.tokenizer.convert_tokens_to_ids("<|im_end|>") in model.end_token_ids
 
 
-def test_placement_rules():
+def test_placement_rules(monkeypatch):
+    from tinyagent.llm import hf
+
+    monkeypatch.setattr(hf, "cpu_has_native_bf16", lambda: False)
     assert placement("cpu", "auto") == (None, torch.float32)
+    monkeypatch.setattr(hf, "cpu_has_native_bf16", lambda: True)
+    assert placement("cpu", "auto") == (None, torch.bfloat16)
     assert placement("cpu", "bfloat16") == (None, torch.bfloat16)
     assert placement("cpu", torch.float16) == (None, torch.float16)
     with pytest.raises(ValueError, match="unknown dtype"):
@@ -158,7 +165,7 @@ def test_generation_defaults_and_per_call_overrides(model):
     assert m.generate(QUESTION, logits_processor=ban).completion_tokens == 5
     assert m.generate(QUESTION, max_new_tokens=3, logits_processor=[Ban(m.end_token_ids)]).completion_tokens == 3
     assert not m._generation_config().do_sample
-    sampled = m._generation_config(temperature=0.7, top_p=0.9)
+    sampled = m._generation_config(m._options(temperature=0.7, top_p=0.9))
     assert (sampled.do_sample, sampled.temperature, sampled.top_p) == (True, 0.7, 0.9)
 
 
@@ -179,7 +186,8 @@ def test_sampling_is_used_when_temperature_is_positive(no_reuse):
 
 def test_unknown_option_is_rejected_with_the_valid_ones(model):
     with pytest.raises(TypeError, match=r"HFChatModel.generate\(\) got unknown keyword argument\(s\) 'seed'; "
-                                        r"valid: constraint, max_new_tokens, on_text, temperature, top_p$"):
+                                        r"valid: constraint, max_line_tokens, max_new_tokens, no_repeat_ngram_size, on_text, "
+                                        r"repetition_penalty, temperature, top_p$"):
         model.generate(QUESTION, max_new_tokens=2, seed=3)
 
 
@@ -331,3 +339,122 @@ def test_concurrent_calls_are_serialised(model, no_reuse, monkeypatch):
         t.join()
     assert most_inside == 1
     assert [results[i] for i in range(2)] == expected
+
+
+def test_abandoned_stream_stops_generating_and_frees_the_model(no_reuse):
+    calls = Recorder()
+    stream = no_reuse.stream(QUESTION, max_new_tokens=200, logits_processor=[Ban(no_reuse.end_token_ids), calls])
+    first = next(stream)
+    stream.close()  # what a consumer's `break` does
+    assert first and not no_reuse._lock.locked()
+    assert no_reuse.generate(QUESTION, max_new_tokens=3) == no_reuse.generate(QUESTION, max_new_tokens=3)
+    assert len(calls.inputs) <= 6  # the worker may have been a token or two ahead, never 200
+
+
+class Halt(BaseException):
+    """Not an Exception: the kind of error a worker thread used to swallow."""
+
+
+def test_stream_raises_any_worker_exception_even_a_base_exception(no_reuse):
+    def halt(input_ids, scores):
+        raise Halt("halted")
+
+    caught: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            list(no_reuse.stream(QUESTION, max_new_tokens=3, logits_processor=[halt]))
+        except Halt as e:
+            caught.append(e)
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    consumer.join(timeout=60)  # a lost exception would leave the consumer waiting forever
+    assert not consumer.is_alive() and [str(e) for e in caught] == ["halted"]
+
+
+# --- sliding-window attention (Mistral): reuse past the window, and no poisoned cache ------------
+
+@pytest.fixture(scope="module")
+def mistral(tmp_path_factory):
+    from tiny_models import build_tiny_model
+
+    return HFChatModel(str(build_tiny_model("mistral", tmp_path_factory.mktemp("mistral"))), dtype="float32")
+
+
+def test_sliding_window_model_reuses_its_cache_past_the_window(mistral):
+    """transformers' sliding layers refuse `crop` once the window is full: the second call used to raise."""
+    fresh = HFChatModel.from_model(mistral.model, mistral.tokenizer, reuse_cache=False)
+    mistral.reset_cache()
+    with_cache, rec_a = run_steps(mistral)
+    without, rec_b = run_steps(fresh)
+    assert [str(o) for o in with_cache] == [str(o) for o in without]
+    for a, b in zip(rec_a, rec_b):
+        for sa, sb in zip(a.scores, b.scores):
+            assert torch.allclose(sa, sb, atol=1e-4)
+    window = mistral.model.config.sliding_window
+    assert with_cache[0].prompt_tokens > window and all(o.cached_tokens > window for o in with_cache[1:])
+
+
+def test_a_failure_while_preparing_the_cache_does_not_poison_later_calls(mistral, monkeypatch):
+    from transformers import DynamicCache
+
+    mistral.reset_cache()
+    run_steps(mistral, 2)
+
+    def broken_crop(self, tokens_to_remove):  # as a cache whose first layer crops and second refuses
+        self.layers[0].crop(tokens_to_remove)
+        raise RuntimeError("crop failed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(DynamicCache, "crop", broken_crop)
+        with pytest.raises(RuntimeError, match="crop failed"):
+            mistral.generate(scratch("Thought: a"), max_new_tokens=5)
+    out = mistral.generate(scratch("Thought: a"), max_new_tokens=5)
+    assert out.cached_tokens == 0
+    assert out == HFChatModel.from_model(mistral.model, mistral.tokenizer, reuse_cache=False).generate(
+        scratch("Thought: a"), max_new_tokens=5)
+
+
+# --- repetition within the reply -----------------------------------------------------------------
+
+def test_generation_options_name_what_generate_honours(model):
+    assert HFChatModel.generation_options == {"max_new_tokens", "temperature", "top_p", "repetition_penalty",
+                                              "no_repeat_ngram_size", "max_line_tokens"}
+    for option in HFChatModel.generation_options:
+        assert option in inspect.signature(HFChatModel.generate).parameters
+
+
+def test_reply_repetition_penalises_only_the_replys_tokens():
+    from tinyagent.llm.repetition import ReplyRepetition
+
+    penalty = ReplyRepetition(penalty=2.0)
+    scores = torch.tensor([[4.0, -4.0, 4.0, 4.0]])
+    assert torch.equal(penalty(torch.tensor([[2, 3]]), scores), scores)  # the prompt: nothing generated yet
+    out = penalty(torch.tensor([[2, 3, 0, 1]]), scores)  # the reply so far: tokens 0 and 1
+    assert out.tolist() == [[2.0, -8.0, 4.0, 4.0]]
+
+
+def test_no_repeat_ngram_bans_within_the_reply_but_never_the_last_way_out():
+    from tinyagent.llm.repetition import ReplyRepetition
+
+    ngram = ReplyRepetition(ngram=2)
+    ngram(torch.tensor([[1, 2, 1, 2]]), torch.zeros(1, 4))  # prompt 1 2 1 2: repeats are not the reply's
+    out = ngram(torch.tensor([[1, 2, 1, 2, 3, 1, 3]]), torch.zeros(1, 4))
+    assert out.tolist() == [[0.0, float("-inf"), 0.0, 0.0]]  # "3 1" was written: 1 may not follow 3 again
+    only = torch.tensor([[float("-inf"), 0.0, float("-inf"), float("-inf")]])  # the format allows just 1
+    assert torch.equal(ngram(torch.tensor([[1, 2, 1, 2, 3, 1, 3]]), only), only)
+
+
+def test_no_repeat_ngram_size_stops_a_looping_reply(no_reuse):
+    def bigrams(**options) -> list:
+        rec = Recorder()
+        no_reuse.generate(QUESTION, max_new_tokens=60, logits_processor=[Ban(no_reuse.end_token_ids), rec],
+                          **options)
+        new = rec.inputs[-1][len(rec.inputs[0]):]  # every generated token but the last
+        return list(zip(new, new[1:]))
+
+    looping = bigrams()
+    assert len(set(looping)) < len(looping)  # random weights loop
+    free = bigrams(no_repeat_ngram_size=2)
+    assert len(free) == 58 and len(set(free)) == len(free)

@@ -92,7 +92,7 @@ class CompiledPattern:
     worst_to_final: object        # numpy int per state: the largest to_final among its next states
     worst_to_line_end: object     # the same for to_line_end, over tokens without a newline
     seconds: float                # how long compiling took
-    masks: dict = field(default_factory=dict)  # (state, width, device) -> bool tensor, True = masked
+    masks: dict = field(default_factory=dict)  # (state, end ids, width, device) -> bool tensor, True = masked
 
 
 _vocabularies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> Vocabulary
@@ -246,7 +246,7 @@ class StepProcessor:
     def __init__(self, vocab: Vocabulary, compiled: CompiledPattern, end_ids: list[int], max_new_tokens: int,
                  max_line_tokens: int, stop: list[str]):
         self.vocab, self.compiled = vocab, compiled
-        self.end_ids = sorted(set(end_ids))
+        self.end_ids = tuple(sorted(set(end_ids)))
         self.max_new_tokens, self.max_line_tokens = max_new_tokens, max_line_tokens
         self.stop = [s for s in stop if s]
         self.state = compiled.initial
@@ -304,8 +304,8 @@ class StepProcessor:
         left, line_left = self._left()
         if c.worst_to_final[s] > left or c.worst_to_line_end[s] > line_left:
             mask = _mask_of(self.allowed_tokens(), width, device)
-        else:  # the budgets do not bind here: the state's plain mask, cached
-            key = (s, width, str(device))
+        else:  # the budgets do not bind here: the state's plain mask, cached under all that shapes it
+            key = (s, self.end_ids, width, str(device))
             mask = c.masks.get(key)
             if mask is None:
                 mask = c.masks[key] = _mask_of(self.allowed_tokens(), width, device)

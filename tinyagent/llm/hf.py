@@ -1,26 +1,34 @@
 """HFChatModel: any Hugging Face causal chat model, run locally with transformers.
 
 Greedy by default. Within one agent run the prompt only grows, so the KV cache of the last call
-is kept and only the tokens after the longest common prefix (compared on token ids) are fed.
+is kept and only the tokens after the longest common prefix (compared on token ids) are fed
+(`prefix_cache`: exact for every attention type). A local GGUF file is converted once and cached
+(`gguf_cache`).
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
-import queue
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 from .base import BaseModel, Completion, Message, TextCallback, trim_at_stop
-from .streaming import StopHoldback, make_streamer
+from .gguf_cache import cached_folder
+from .prefix_cache import PrefixCache, common_prefix_length  # noqa: F401  (re-exported)
+from .repetition import ReplyRepetition
+from .streaming import CancelCriterion, StopHoldback, make_streamer, stream_in_thread
 
 log = logging.getLogger(__name__)
 
 #: Special tokens that close a turn in common chat formats; generation stops at any the tokenizer has.
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
-GENERATE_OPTIONS = ("max_new_tokens", "temperature", "top_p")
-DEFAULT_GENERATION = {"max_new_tokens": 512, "temperature": 0.0, "top_p": 1.0}
+#: Options HFChatModel applies itself, within the reply (not transformers' whole-sequence versions).
+REPLY_OPTIONS = ("repetition_penalty", "no_repeat_ngram_size", "max_line_tokens")
+DEFAULT_GENERATION = {"max_new_tokens": 512, "temperature": 0.0, "top_p": 1.0, "repetition_penalty": 1.0,
+                      "no_repeat_ngram_size": 0, "max_line_tokens": None}
 _DECODE_CONTEXT = 4  # prompt tokens decoded along with new ones, so a leading space survives decoding
 
 
@@ -31,8 +39,20 @@ def require(modules: tuple[str, ...], purpose: str) -> None:
         raise ImportError(f"{purpose} needs {', '.join(missing)}: pip install {' '.join(missing)}")
 
 
+def cpu_has_native_bf16() -> bool:
+    """True on x86 CPUs with AVX512-BF16 (AMX ones have it too), where bf16 matmuls run natively."""
+    import torch
+
+    check = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
+    try:
+        return bool(check and check())
+    except RuntimeError:
+        return False
+
+
 def placement(device: str = "auto", dtype="auto"):
-    """(device_map, torch dtype): bf16 (fp16 without bf16) and device_map="auto" on CUDA, float32 on CPU."""
+    """(device_map, torch dtype): bf16 (fp16 without bf16) and device_map="auto" on CUDA; on CPU bf16
+    where the CPU computes it natively (faster there, see README), float32 elsewhere."""
     import torch
 
     if device == "auto":
@@ -41,7 +61,7 @@ def placement(device: str = "auto", dtype="auto"):
         if str(device).startswith("cuda"):
             dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         else:
-            dtype = torch.float32
+            dtype = torch.bfloat16 if str(device) == "cpu" and cpu_has_native_bf16() else torch.float32
     elif isinstance(dtype, str):
         if not isinstance(getattr(torch, dtype, None), torch.dtype):
             raise ValueError(f"unknown dtype {dtype!r}: use 'auto', 'bfloat16', 'float16' or 'float32'")
@@ -54,13 +74,19 @@ def placement(device: str = "auto", dtype="auto"):
 
 def load_hf(model_id_or_path: str, device: str = "auto", dtype="auto", gguf_file: str | None = None,
             trust_remote_code: bool = False):
-    """(model, tokenizer) from a hub id or a local folder, or a GGUF file in it."""
+    """(model, tokenizer) from a hub id or a local folder, or a GGUF file in it (a local one is
+    converted once and then loaded from the cache, see `llm.gguf_cache`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     extra = {}
     if gguf_file:
         require(("gguf", "accelerate"), "loading a GGUF file")
-        extra["gguf_file"] = gguf_file
+        local = Path(model_id_or_path) / gguf_file
+        converted = cached_folder(local) if local.is_file() else None  # a hub file converts every time
+        if converted is not None:
+            model_id_or_path = str(converted)
+        else:
+            extra["gguf_file"] = gguf_file
     device_map, torch_dtype = placement(device, dtype)
     tokenizer = AutoTokenizer.from_pretrained(model_id_or_path, trust_remote_code=trust_remote_code, **extra)
     model = AutoModelForCausalLM.from_pretrained(
@@ -69,30 +95,16 @@ def load_hf(model_id_or_path: str, device: str = "auto", dtype="auto", gguf_file
     return model, tokenizer
 
 
-def common_prefix_length(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
-def _length_dependent_rope_limit(config) -> int | None:
-    """The length past which the model's rope frequencies depend on the sequence length (dynamic NTK,
-    LongRoPE), so cached keys stop matching a fresh prefill; None when they never do."""
-    rope = getattr(config, "rope_parameters", None) or {}
-    if rope.get("rope_type") not in ("dynamic", "longrope"):
-        return None
-    return rope.get("original_max_position_embeddings") or config.max_position_embeddings
-
-
 class HFChatModel(BaseModel):
     """A transformers chat model: chat template, stop strings, streaming, KV-cache reuse.
 
     `HFChatModel("HuggingFaceTB/SmolLM2-360M-Instruct")`, a local folder, or `gguf_file=` a GGUF file
-    in that folder. `generation_defaults` (max_new_tokens, temperature, top_p, any other
-    `GenerationConfig` field) apply to every call; `generate` can override the first three.
+    in that folder. `generation_defaults` (the `generation_options`, or any other transformers
+    `GenerationConfig` field) apply to every call; `generate` can override the `generation_options`.
     """
+
+    #: The keyword options `generate` honours (others are ignored with a warning).
+    generation_options = frozenset({"max_new_tokens", "temperature", "top_p", *REPLY_OPTIONS})
 
     def __init__(self, model_id_or_path: str, device: str = "auto", dtype="auto", gguf_file: str | None = None,
                  trust_remote_code: bool = False, reuse_cache: bool = True, **generation_defaults):
@@ -111,17 +123,14 @@ class HFChatModel(BaseModel):
             raise ValueError("this tokenizer has no chat template: use a chat (instruct) model, "
                              "or set tokenizer.chat_template")
         self.model, self.tokenizer = model, tokenizer
-        self.reuse_cache = reuse_cache
         self.generation_defaults = {**DEFAULT_GENERATION, **generation_defaults}
         special = {*tokenizer.all_special_tokens,
                    *(t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values() if t.special)}
         self.control_tokens = tuple(sorted(t for t in special if t))
         self.context_window = getattr(model.config.get_text_config(), "max_position_embeddings", None)
         self.end_token_ids = self._end_token_ids()
-        self.exact_reuse_limit = _length_dependent_rope_limit(model.config.get_text_config())
+        self._prefix = PrefixCache(model, reuse_cache)
         self._lock = threading.Lock()
-        self._cache = None
-        self._cache_ids: list[int] = []
         self._stop_cache: dict[tuple[str, ...], object] = {}
 
     def _end_token_ids(self) -> list[int]:
@@ -173,27 +182,41 @@ class HFChatModel(BaseModel):
 
     def generate(self, messages: list[Message], stop: list[str] | None = None, *,
                  max_new_tokens: int | None = None, temperature: float | None = None, top_p: float | None = None,
-                 on_text: TextCallback | None = None, logits_processor: list | None = None, constraint=None,
+                 repetition_penalty: float | None = None, no_repeat_ngram_size: int | None = None,
+                 max_line_tokens: int | None = None, on_text: TextCallback | None = None,
+                 logits_processor: list | None = None, constraint=None, cancel: threading.Event | None = None,
                  **ignored) -> Completion:
         """Continue `messages`; returns the new text (before the first stop string) with usage counts.
 
         `constraint` (a `react.StepFormat`) keeps the reply in that format (needs outlines, see
         `llm.constrained`); the compiled automaton is cached, its per-call state is not.
+        `max_line_tokens` replaces the format's line budget. `repetition_penalty` and
+        `no_repeat_ngram_size` act within the reply only (`llm.repetition`). Setting `cancel` ends
+        generation after the current token (what `stream` does when abandoned).
         """
         self.check_generation_options(ignored)
         stop = [s for s in stop or () if s]
-        config = self._generation_config(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+        options = self._options(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
+                                max_line_tokens=max_line_tokens)
+        penalty, ngram, line_budget = (options.pop(k) for k in REPLY_OPTIONS)
+        config = self._generation_config(options)
+        processors = list(logits_processor or [])
         if constraint is not None:
             from .constrained import step_processor
 
-            logits_processor = [*(logits_processor or []), step_processor(
-                self.tokenizer, constraint, end_ids=self.end_token_ids, max_new_tokens=config.max_new_tokens,
-                stop=stop)]
+            if line_budget:
+                constraint = dataclasses.replace(constraint, max_line_tokens=line_budget)
+            processors.append(step_processor(self.tokenizer, constraint, end_ids=self.end_token_ids,
+                                             max_new_tokens=config.max_new_tokens, stop=stop))
+        if penalty != 1.0 or ngram:
+            processors.append(ReplyRepetition(penalty, ngram))  # after the format: it only picks among allowed
         with self._lock:
             ids = self.encode_prompt(self.render_prompt(messages))
             holdback = StopHoldback(on_text, stop) if on_text else None
             started = time.perf_counter()
-            new_ids, reused = self._run(ids, config, holdback, logits_processor, self._stop_criteria(stop))
+            stopping = [*self._stop_criteria(stop), *([CancelCriterion(cancel)] if cancel is not None else [])]
+            new_ids, reused = self._run(ids, config, holdback, processors, stopping)
             seconds = time.perf_counter() - started
             text = trim_at_stop(self.decode_new(ids, new_ids), stop)
         if holdback:
@@ -202,32 +225,32 @@ class HFChatModel(BaseModel):
                           cached_tokens=reused)
 
     def stream(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> Iterator[str]:
-        """`generate` as an iterator of text chunks (generation runs in a background thread)."""
-        chunks: queue.Queue = queue.Queue()
-        done = object()
+        """`generate` as an iterator of text chunks, generated in a background thread.
 
-        def work() -> None:
-            try:
-                self.generate(messages, stop, on_text=chunks.put, **kwargs)
-                chunks.put(done)
-            except Exception as e:  # handed to the consumer, raised there
-                chunks.put(e)
+        Closing or abandoning the iterator stops generation within a token or two and frees the
+        model; whatever the generation raises is raised here (see `streaming.stream_in_thread`).
+        """
+        return stream_in_thread(lambda on_text, cancel: self.generate(
+            messages, stop, on_text=on_text, cancel=cancel, **kwargs))
 
-        threading.Thread(target=work, daemon=True).start()
-        while (item := chunks.get()) is not done:
-            if isinstance(item, Exception):
-                raise item
-            yield item
+    @property
+    def reuse_cache(self) -> bool:
+        return self._prefix.enabled
 
     def reset_cache(self) -> None:
         """Forget the kept KV cache (frees its memory)."""
         with self._lock:
-            self._cache, self._cache_ids = None, []
+            self._prefix.clear()
 
-    def _generation_config(self, **overrides):
+    def _options(self, **overrides) -> dict:
+        """The generation defaults with this call's overrides (those not None)."""
+        return {**self.generation_defaults, **{k: v for k, v in overrides.items() if v is not None}}
+
+    def _generation_config(self, options: dict | None = None):
+        """A transformers `GenerationConfig` from `options` (the defaults when None), minus REPLY_OPTIONS."""
         from transformers import GenerationConfig
 
-        options = {**self.generation_defaults, **{k: v for k, v in overrides.items() if v is not None}}
+        options = {k: v for k, v in (options or self._options()).items() if k not in REPLY_OPTIONS}
         temperature, top_p = options.pop("temperature"), options.pop("top_p")
         if temperature and temperature > 0:
             options.update(do_sample=True, temperature=temperature, top_p=top_p)
@@ -252,49 +275,28 @@ class HFChatModel(BaseModel):
 
     def _run(self, ids: list[int], config, holdback: StopHoldback | None,
              logits_processor: list | None, stopping: list = ()) -> tuple[list[int], int]:
-        """Generate after `ids`, reusing the kept cache; returns (new ids, tokens reused)."""
+        """Generate after `ids`, reusing what the kept cache holds of them; returns (new ids, tokens reused).
+
+        Any failure, preparing the cache included, drops the kept cache, so one bad call never
+        poisons the next.
+        """
         import torch
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
-        cache, reused = self._prepare_cache(ids)
         device = self.model.device
         input_ids = torch.tensor([ids], device=device)
         streamer = make_streamer(lambda new: self.decode_new(ids, new), holdback) if holdback else None
         try:
+            cache, reused = self._prefix.prepare(ids)
             with torch.inference_mode():
                 out = self.model.generate(
                     input_ids, attention_mask=torch.ones_like(input_ids), cache=cache, generation_config=config,
                     logits_processor=LogitsProcessorList(logits_processor or []), streamer=streamer,
                     stopping_criteria=StoppingCriteriaList(stopping))
         except BaseException:
-            self._cache, self._cache_ids = None, []
+            self._prefix.clear()
             raise
         sequence = out.sequences[0].tolist()
-        if self.reuse_cache:
-            self._cache, self._cache_ids = cache, sequence[: cache.get_seq_length()]
+        self._prefix.keep(cache, sequence)
         return sequence[len(ids):], reused
 
-    def _prepare_cache(self, ids: list[int]):
-        """(cache, reused): the kept cache cut back to its longest common prefix with `ids`, or a new one.
-
-        At least one token of `ids` is always left to feed. Comparing token ids (not text) means
-        a re-tokenised boundary, e.g. near a trimmed stop string, only costs the tokens after it.
-        """
-        from transformers import DynamicCache
-
-        reused = 0
-        limit = self.exact_reuse_limit
-        if limit is not None and max(len(self._cache_ids), len(ids)) > limit:
-            self._cache, self._cache_ids = None, []  # rope frequencies change with the length: recompute all
-        if self.reuse_cache and self._cache is not None:
-            reused = min(common_prefix_length(self._cache_ids, ids), len(ids) - 1)
-            drop = len(self._cache_ids) - reused
-            if drop and not getattr(self._cache, "is_croppable", True):
-                reused = 0
-            elif reused and drop:
-                self._cache.crop(-drop)
-                self._cache_ids = self._cache_ids[:reused]
-        if reused == 0:
-            self._cache, self._cache_ids = None, []
-            return DynamicCache(config=self.model.config), 0
-        return self._cache, reused
