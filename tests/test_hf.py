@@ -169,12 +169,6 @@ def test_generation_defaults_and_per_call_overrides(model):
     assert (sampled.do_sample, sampled.temperature, sampled.top_p) == (True, 0.7, 0.9)
 
 
-def test_stop_criteria_are_built_once_per_stop_list(model):
-    first = model._stop_criteria(["Observation:", "x"])
-    assert first == model._stop_criteria(["Observation:", "x"]) and first[0] is model._stop_criteria(["Observation:", "x"])[0]
-    assert model._stop_criteria(["y"])[0] is not first[0] and model._stop_criteria([]) == []
-
-
 def test_sampling_is_used_when_temperature_is_positive(no_reuse):
     ban = no_reuse.end_token_ids
     greedy = no_reuse.generate(QUESTION, max_new_tokens=20, logits_processor=[Ban(ban)])
@@ -458,3 +452,39 @@ def test_no_repeat_ngram_size_stops_a_looping_reply(no_reuse):
     assert len(set(looping)) < len(looping)  # random weights loop
     free = bigrams(no_repeat_ngram_size=2)
     assert len(free) == 58 and len(set(free)) == len(free)
+
+
+# --- stop strings read on text: a line start, never inside <think> (issue: the ReAct protocol) ---
+
+def forced_reply(model, messages, text: str, stop: list[str], **kwargs):
+    """`model.generate` with the tiny random model made to write `text` token by token."""
+    from tinyagent.llm.replay import ForceTokens, reply_ids
+
+    prompt = model.render_prompt(messages)
+    ids = reply_ids(model, prompt, model.encode_prompt(prompt), text)
+    return model.generate(messages, stop=stop, max_new_tokens=len(ids) + 5,
+                          logits_processor=[ForceTokens(ids, model.end_token_ids)], **kwargs)
+
+
+THINKING = ("<think>The user asks for 2+2.\nObservation: I could use the calculator.\n</think>\n"
+            'Thought: use it\nAction: calculator\nAction Input: {"expression": "2+2"}\nObservation: 4\nmore')
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_stop_strings_do_not_fire_inside_a_think_block(no_reuse, streamed):
+    from tinyagent.react import STOP_WORDS
+
+    chunks: list[str] = []
+    reply = forced_reply(no_reuse, QUESTION, THINKING, list(STOP_WORDS), on_text=chunks.append if streamed else None)
+    assert str(reply) == THINKING[: THINKING.index("\nObservation: 4")]
+    assert reply.completion_tokens < len(no_reuse.tokenizer(THINKING)["input_ids"])  # it stopped, not cut after
+    if streamed:
+        assert "".join(chunks) == str(reply)
+
+
+def test_a_stop_string_mid_line_does_not_end_the_reply_but_one_at_its_start_does(no_reuse):
+    from tinyagent.react import STOP_WORDS
+
+    text = "Thought: done\nFinal Answer: My Observation: it is 5"
+    assert str(forced_reply(no_reuse, QUESTION, text, list(STOP_WORDS))) == text
+    assert str(forced_reply(no_reuse, QUESTION, "Observation: invented\nThought: x", list(STOP_WORDS))) == ""

@@ -19,7 +19,7 @@ from .base import BaseModel, Completion, Message, TextCallback, trim_at_stop
 from .gguf_cache import cached_folder
 from .prefix_cache import PrefixCache, common_prefix_length  # noqa: F401  (re-exported)
 from .repetition import ReplyRepetition
-from .streaming import CancelCriterion, StopHoldback, make_streamer, stream_in_thread
+from .streaming import CancelCriterion, StopHoldback, TextStop, make_streamer, stream_in_thread
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,6 @@ class HFChatModel(BaseModel):
         self.end_token_ids = self._end_token_ids()
         self._prefix = PrefixCache(model, reuse_cache)
         self._lock = threading.Lock()
-        self._stop_cache: dict[tuple[str, ...], object] = {}
 
     def _end_token_ids(self) -> list[int]:
         """eos ids of the generation config and the tokenizer, plus any end-of-turn token it has."""
@@ -215,7 +214,8 @@ class HFChatModel(BaseModel):
             ids = self.encode_prompt(self.render_prompt(messages))
             holdback = StopHoldback(on_text, stop) if on_text else None
             started = time.perf_counter()
-            stopping = [*self._stop_criteria(stop), *([CancelCriterion(cancel)] if cancel is not None else [])]
+            stopping = [TextStop(lambda new: self.decode_new(ids, new), len(ids), stop)] if stop else []
+            stopping += [CancelCriterion(cancel)] if cancel is not None else []
             new_ids, reused = self._run(ids, config, holdback, processors, stopping)
             seconds = time.perf_counter() - started
             text = trim_at_stop(self.decode_new(ids, new_ids), stop)
@@ -260,18 +260,6 @@ class HFChatModel(BaseModel):
         return GenerationConfig(eos_token_id=self.end_token_ids,
                                 pad_token_id=pad if pad is not None else self.end_token_ids[0],
                                 return_dict_in_generate=True, **options)
-
-    def _stop_criteria(self, stop: list[str]) -> list:
-        """transformers' stop-string criterion for `stop`, built once per stop list: building it reads
-        the whole vocabulary (0.1-0.4 s), too much to pay at every step."""
-        if not stop:
-            return []
-        key = tuple(stop)
-        if key not in self._stop_cache:
-            from transformers import StopStringCriteria
-
-            self._stop_cache[key] = StopStringCriteria(self.tokenizer, list(stop))
-        return [self._stop_cache[key]]
 
     def _run(self, ids: list[int], config, holdback: StopHoldback | None,
              logits_processor: list | None, stopping: list = ()) -> tuple[list[int], int]:

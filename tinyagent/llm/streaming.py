@@ -10,15 +10,18 @@ import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
 
-from .base import TextCallback, trim_at_stop
+from .base import TextCallback, stop_index, trim_at_stop
 
 log = logging.getLogger(__name__)
 
 
 def partial_stop_length(text: str, stop: Iterable[str]) -> int:
-    """Length of the longest tail of `text` that is a proper prefix of some stop string."""
+    """Length of the longest tail of `text` that is a proper prefix of some stop string (or, for a stop
+    string that starts with a newline, all of `text` when it could still become that string without it)."""
     best = 0
     for s in stop:
+        if s.startswith("\n") and len(text) < len(s) - 1 and s[1:].startswith(text):
+            best = max(best, len(text))
         for k in range(min(len(s) - 1, len(text)), best, -1):
             if text.endswith(s[:k]):
                 best = k
@@ -85,6 +88,23 @@ def make_streamer(decode: Callable[[list[int]], str], holdback: StopHoldback):
             pass
 
     return _Streamer()
+
+
+class TextStop:
+    """A transformers stopping criterion that is true once the reply holds a stop string, read on its
+    decoded text as `llm.base.stop_index` reads it: a stop string that starts with a newline matches at
+    a line start (the reply's start too), and nothing inside a `<think>` block counts. Token-level
+    matching (transformers' StopStringCriteria) can do neither."""
+
+    def __init__(self, decode: Callable[[list[int]], str], prompt_length: int, stop: list[str]):
+        self.decode, self.prompt_length, self.stop = decode, prompt_length, list(stop)
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        done = [stop_index(self.decode(row[self.prompt_length:].tolist()), self.stop) is not None
+                for row in input_ids]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
 class CancelCriterion:
