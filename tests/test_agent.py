@@ -416,6 +416,15 @@ def test_unknown_keyword_arguments_are_refused(scripted, kwargs, words):
     assert words in str(e.value) and "max_turns" in str(e.value) and "max_new_tokens" in str(e.value)
 
 
+def test_constrained_without_outlines_fails_when_set(scripted, monkeypatch):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "outlines_core" else real(name, *a))
+    with pytest.raises(ImportError, match=r"pip install 'tinyagent\[constrained\]'"):
+        Agent(scripted([]), tools=[Calculator()], constrained=True)
+    Agent(scripted([]), tools=[Calculator()])  # unconstrained needs nothing more
+
+
 @pytest.mark.parametrize("value", [0, -1, 2.5, True, None])
 def test_max_turns_must_be_at_least_one(scripted, value):
     with pytest.raises(ValueError, match="max_turns"):

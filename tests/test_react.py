@@ -69,7 +69,7 @@ def test_no_action_returns_reply():
 def test_final_answer_before_action_wins():
     reply = "Thought: I know it.\nFinal Answer: 1979\nAction: google_search\nAction Input: {}"
     assert parse_latest_plugin_call(reply)[0] == ""
-    assert react.parse_final_answer(reply).startswith("1979")
+    assert react.parse_final_answer(reply) == "1979"  # the trailing Action block is not part of the answer
 
 
 @pytest.mark.parametrize("reply,answer", [
@@ -138,6 +138,13 @@ def test_system_prompt_with_a_user_tool_in_one_language():
 
     zh = react.build_system_prompt([weather], "zh")
     assert "weather: " in zh and "Current weather of a city." in zh and "the city name" in zh
+
+
+def test_each_tool_shows_an_action_input_to_copy():
+    prompt = react.build_system_prompt([Calculator(), GoogleSearch(api_key="k" * 8)], "en")
+    assert 'Give the arguments as a JSON object: Action Input: {"expression": "..."}' in prompt
+    assert 'Action Input: {"search_query": "..."}' in prompt
+    assert '参数必须写成 JSON 对象：Action Input: {"expression": "..."}' in react.build_system_prompt([Calculator()], "zh")
 
 
 def test_system_prompt_without_tools():

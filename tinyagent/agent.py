@@ -1,6 +1,7 @@
 """The ReAct loop: ask the model for a step, run the tool it names, append the observation, repeat."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import threading
@@ -118,6 +119,8 @@ class Agent:
         if tool_timeout is not None and not tool_timeout > 0:
             raise ValueError(f"tool_timeout must be a positive number of seconds or None, not {tool_timeout!r}")
         _check_generate_keywords(model, generate_kwargs)
+        if constrained and importlib.util.find_spec("outlines_core") is None:
+            raise ImportError("constrained decoding needs outlines: pip install 'tinyagent[constrained]'")
         self.model = model
         self.tools: dict[str, Tool] = {}
         for t in tools or []:
