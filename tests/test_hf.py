@@ -277,6 +277,7 @@ def test_new_run_reuses_only_the_verified_shared_prefix(model, no_reuse):
 
 
 def test_cache_is_dropped_after_a_failed_call(model, no_reuse):
+    model = HFChatModel.from_model(model.model, model.tokenizer, max_batch=1)  # one kept cache (batching: test_batching)
     run_steps(model, 2)
 
     def boom(input_ids, scores):
