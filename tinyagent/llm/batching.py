@@ -107,12 +107,19 @@ class Batcher:
                 if not admitted and not self._rows:
                     self._worker = None
                     return
-            with torch.inference_mode():
-                joining = [r for r in admitted if self._prefill(r)]
-                if joining:
-                    self._join(joining)
-                if self._rows:
-                    self._step()
+            try:
+                with torch.inference_mode():
+                    joining = [r for r in admitted if self._prefill(r)]
+                    if joining:
+                        self._join(joining)
+                    if self._rows:
+                        self._step()
+            except BaseException as e:  # noqa: BLE001  (a failed pass loses the batch: every caller gets the error)
+                log.exception("batched generation failed")
+                for r in {id(r): r for r in [*admitted, *self._rows]}.values():
+                    if not r.done.is_set():
+                        self._finish(r, e)
+                self._rows, self._lengths, self._cache, self._mask = [], [], None, None
 
     def _prefill(self, request: Request) -> bool:
         """Feed the request's prompt after its kept prefix and choose its first token; False once it ended."""
@@ -186,17 +193,11 @@ class Batcher:
         import torch
 
         rows, device = self._rows, self.model.device
-        try:
-            tokens = torch.tensor([[r.new[-1]] for r in rows], device=device)
-            self._mask = torch.cat([self._mask, self._mask.new_ones(len(rows), 1)], dim=1)
-            positions = torch.tensor([[n] for n in self._lengths], device=device)
-            logits = self.model(input_ids=tokens, attention_mask=self._mask, position_ids=positions,
-                                cache=self._cache, use_cache=True, logits_to_keep=1).logits[:, -1]
-        except BaseException as e:  # noqa: BLE001  (the batch is lost: every row's caller gets the error)
-            for r in rows:
-                self._finish(r, e)
-            self._rows, self._lengths, self._cache, self._mask = [], [], None, None
-            return
+        tokens = torch.tensor([[r.new[-1]] for r in rows], device=device)
+        self._mask = torch.cat([self._mask, self._mask.new_ones(len(rows), 1)], dim=1)
+        positions = torch.tensor([[n] for n in self._lengths], device=device)
+        logits = self.model(input_ids=tokens, attention_mask=self._mask, position_ids=positions,
+                            cache=self._cache, use_cache=True, logits_to_keep=1).logits[:, -1]
         self.passes += 1
         self.fed_tokens += len(rows)
         self._lengths = [n + 1 for n in self._lengths]
