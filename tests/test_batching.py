@@ -213,3 +213,30 @@ def test_sliding_window_models_keep_the_one_at_a_time_path(tmp_path):
     reference = HFChatModel.from_model(model.model, model.tokenizer, max_batch=1, reuse_cache=False)
     got = in_threads([lambda q=q: str(model.generate(conversation(q), max_new_tokens=8)) for q in QUESTIONS[:3]])
     assert got == [str(reference.generate(conversation(q), max_new_tokens=8)) for q in QUESTIONS[:3]]
+
+
+def test_agents_arriving_together_compute_their_shared_system_prompt_once(alone, batched):
+    long = [[{"role": "system", "content": react.build_system_prompt(TOOLS)}, {"role": "user", "content": q}]
+            for q in QUESTIONS[:4]]
+    results: dict[int, object] = {}
+
+    held = threading.Event()
+
+    def hold_until_three_wait(input_ids, scores):
+        if not held.is_set():  # at the first token only: the three others then join in one admission
+            wait_until(lambda: len(batched._batcher._waiting) == 3)
+            held.set()
+        return scores
+
+    def call(i: int):
+        processors = [hold_until_three_wait] if i == 0 else None
+        results[i] = batched.generate(long[i], max_new_tokens=3, logits_processor=processors)
+
+    first = threading.Thread(target=call, args=(0,))
+    first.start()
+    wait_until(lambda: batched._batcher._rows or batched._batcher._worker is not None and not batched._batcher._waiting)
+    in_threads([lambda i=i: call(i) for i in (1, 2, 3)])
+    first.join(timeout=300)
+    assert [str(results[i]) for i in range(4)] == [str(alone.generate(m, max_new_tokens=3)) for m in long]
+    cached = sorted(results[i].cached_tokens for i in (1, 2, 3))  # admitted in the order they queued
+    assert results[0].cached_tokens == cached[0] == 0 and cached[1] > 100  # the system prompt, copied from the first

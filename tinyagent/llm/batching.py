@@ -28,7 +28,9 @@ import time
 from dataclasses import dataclass, field
 
 from .kept_prefixes import KeptPrefixes
-from .prefix_cache import length_dependent_rope_limit
+from .prefix_cache import common_prefix_length, length_dependent_rope_limit
+
+SHARE_MIN = 64  # tokens two requests admitted together must share before the first one's prompt cache is copied
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +111,11 @@ class Batcher:
                     return
             try:
                 with torch.inference_mode():
-                    joining = [r for r in admitted if self._prefill(r)]
+                    joining = []
+                    for i, r in enumerate(admitted):
+                        if self._prefill(r):
+                            joining.append(r)
+                            self._share(r, admitted[i + 1:])
                     if joining:
                         self._join(joining)
                     if self._rows:
@@ -141,6 +147,12 @@ class Batcher:
         except BaseException as e:  # noqa: BLE001  (this request's failure, raised in its own thread)
             self._finish(request, e)
             return False
+
+    def _share(self, request: Request, later: list[Request]) -> None:
+        """Keep a copy of the request's prompt cache when a request admitted with it shares a long start
+        (agents arriving together with the same system prompt): that start is then computed once."""
+        if any(common_prefix_length(request.ids, r.ids) >= SHARE_MIN for r in later):
+            self.prefixes.put(request.ids, _row_cache(request.cache, 0, 0, self.model.config))
 
     def _choose(self, request: Request, logits) -> bool:
         """Pick the request's next token from its logits row; True when that ends the request."""

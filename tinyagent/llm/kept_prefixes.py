@@ -63,10 +63,12 @@ class KeptPrefixes:
             return copy, shared
 
     def put(self, ids: list[int], cache) -> None:
-        """Keep `cache`, which holds exactly `ids`."""
+        """Keep `cache`, which holds exactly `ids`; entries holding only a start of `ids` are dropped."""
         if self.size <= 0 or not ids:
             return
         with self._lock:
+            for key in [k for k, (kept, _) in self._entries.items() if ids[: len(kept)] == kept]:
+                del self._entries[key]
             self._entries[self._next] = (ids, cache)
             self._next += 1
             while len(self._entries) > self.size:
