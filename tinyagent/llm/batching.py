@@ -82,7 +82,13 @@ class Batcher:
         self._mask = None       # attention mask [rows, columns]: 0 over left padding
         self._lengths: list[int] = []  # real tokens per row
         self.passes = 0         # batched decode passes
-        self.fed_tokens = 0     # tokens through the model, padding aside
+        self.prefilled = 0      # prompt tokens fed (not taken from a kept cache)
+        self.stepped = 0        # rows of the decode passes: one fed token each
+
+    @property
+    def fed_tokens(self) -> int:
+        """Tokens through the model, padding aside."""
+        return self.prefilled + self.stepped
 
     def run(self, ids: list[int], config, processors, stopping: list, on_token=None) -> tuple[list[int], int]:
         """Generate after `ids` with the others; returns (new ids, prompt tokens taken from a kept cache)."""
@@ -139,7 +145,7 @@ class Batcher:
             positions = torch.arange(request.reused, len(request.ids), device=device)[None]
             logits = self.model(input_ids=fresh, attention_mask=torch.ones_like(request.sequence),
                                 position_ids=positions, cache=request.cache, use_cache=True, logits_to_keep=1).logits
-            self.fed_tokens += fresh.shape[1]
+            self.prefilled += fresh.shape[1]
             if self._choose(request, logits[:, -1]):
                 self._finish(request, None)
                 return False
@@ -211,7 +217,7 @@ class Batcher:
         logits = self.model(input_ids=tokens, attention_mask=self._mask, position_ids=positions,
                             cache=self._cache, use_cache=True, logits_to_keep=1).logits[:, -1]
         self.passes += 1
-        self.fed_tokens += len(rows)
+        self.stepped += len(rows)
         self._lengths = [n + 1 for n in self._lengths]
         ended = []
         for i, r in enumerate(rows):
