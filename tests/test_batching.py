@@ -240,3 +240,16 @@ def test_agents_arriving_together_compute_their_shared_system_prompt_once(alone,
     assert [str(results[i]) for i in range(4)] == [str(alone.generate(m, max_new_tokens=3)) for m in long]
     cached = sorted(results[i].cached_tokens for i in (1, 2, 3))  # admitted in the order they queued
     assert results[0].cached_tokens == cached[0] == 0 and cached[1] > 100  # the system prompt, copied from the first
+
+
+def test_local_models_are_evaluated_eight_at_a_time(tmp_path, monkeypatch, scripted):
+    import json
+
+    from tinyagent import eval as ev
+
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text("".join(json.dumps({"id": str(i), "question": f"What is {i} + 1?", "answer": i + 1}) + "\n" for i in range(3)))
+    monkeypatch.setattr("tinyagent.config.build_model", lambda cfg: scripted(["Final Answer: 1"] * 3))
+    code = ev.main(["--suite", str(suite), "--tools", "", "--out", str(tmp_path / "out")])
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))
+    assert code == 0 and summary["run"]["backend"] == "embedded" and summary["run"]["concurrency"] == 8
