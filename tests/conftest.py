@@ -34,6 +34,22 @@ def scripted():
 # --- model fixtures (issue 3: models) ------------------------------------------------------
 # Session-scoped: the tiny Llama takes a few seconds to build, the embedded SmolLM2 ~20 s to load.
 
+@pytest.fixture(scope="session", autouse=True)
+def model_cache(tmp_path_factory):
+    """A temporary TINYAGENT_CACHE for the whole session (subprocesses inherit it): tests never
+    write converted models into the user's ~/.cache/tinyagent."""
+    import os
+
+    folder = tmp_path_factory.mktemp("tinyagent_cache")
+    before = os.environ.get("TINYAGENT_CACHE")
+    os.environ["TINYAGENT_CACHE"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("TINYAGENT_CACHE", None)
+    else:
+        os.environ["TINYAGENT_CACHE"] = before
+
+
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory):
     """Path of a tiny random Llama chat model folder (ChatML template, trained BPE tokenizer)."""

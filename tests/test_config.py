@@ -200,9 +200,9 @@ def test_build_model_maps_each_backend(monkeypatch, tmp_path, caplog):
     Recorder.made = []
     gen = {"max_new_tokens": 64, "temperature": 0.0, "top_p": 1.0}
     config.build_model(load_config(None, {"generation.max_new_tokens": 64}))
-    assert Recorder.made[-1] == ((), gen)
+    assert Recorder.made[-1] == ((), {"dtype": "auto", **gen})
     config.build_model(load_config(None, {"generation.max_new_tokens": 64, "model.device": "cuda"}))
-    assert Recorder.made[-1] == ((), {"device": "cuda", **gen})
+    assert Recorder.made[-1] == ((), {"device": "cuda", "dtype": "auto", **gen})
     config.build_model(load_config(None, {"model.backend": "hf", "model.path": "org/m", "model.gguf_file": "m.gguf",
                                           "model.device": "cpu", "generation.max_new_tokens": 64}))
     assert Recorder.made[-1] == (("org/m",), {"device": "cpu", "dtype": "auto", "gguf_file": "m.gguf",
@@ -265,3 +265,14 @@ def test_guided_decoding_for_vllm_servers(tmp_path):
     assert model.guided_decoding == "structured_outputs"
     with pytest.raises(ConfigError, match="model.guided_decoding"):
         load_config(None, {"model.guided_decoding": "grammar"})
+
+
+def test_reply_repetition_settings_are_checked_and_passed_only_when_set():
+    cfg = load_config(None, {"generation.repetition_penalty": 1.2, "generation.no_repeat_ngram_size": 4,
+                             "generation.max_line_tokens": 32})
+    assert cfg.generation_kwargs() == {"max_new_tokens": 512, "temperature": 0.0, "top_p": 1.0,
+                                       "repetition_penalty": 1.2, "no_repeat_ngram_size": 4, "max_line_tokens": 32}
+    assert set(load_config(None).generation_kwargs()) == {"max_new_tokens", "temperature", "top_p"}
+    for key, bad in (("repetition_penalty", 0.5), ("no_repeat_ngram_size", 0), ("max_line_tokens", 0)):
+        with pytest.raises(ConfigError, match=f"generation.{key}: must be at least 1"):
+            load_config(None, {f"generation.{key}": bad})

@@ -375,3 +375,16 @@ def test_the_cached_mask_of_a_state_depends_on_the_end_ids(tiny):
         allowed.append(set(torch.isfinite(scores[0]).nonzero().flatten().tolist()))
     assert end_a in allowed[0] and end_b not in allowed[0]
     assert end_b in allowed[1] and end_a not in allowed[1]
+
+
+def test_repetition_options_and_a_shorter_line_budget_keep_replies_valid(tiny):
+    fmt = react.step_format([Calculator()])
+    for question in QUESTIONS[:3]:
+        plain = tiny.generate(conversation(question), constraint=fmt, max_new_tokens=120)
+        short = tiny.generate(conversation(question), constraint=fmt, max_new_tokens=120, max_line_tokens=6,
+                              repetition_penalty=1.3, no_repeat_ngram_size=3)
+        for reply in (plain, short):
+            assert re.fullmatch(constrained.pattern_of(fmt), str(reply)), reply
+        thought = str(short).split("\n")[0]
+        assert len(tiny.tokenizer(thought, add_special_tokens=False)["input_ids"]) <= 8  # within 6, or ending
+        assert short.completion_tokens < plain.completion_tokens

@@ -41,6 +41,8 @@ def test_loaded_once_per_process(embedded_model):
     again = embedded.default_model(max_new_tokens=7)
     assert again.model is embedded_model.model and again is not embedded_model
     assert again.generation_defaults["max_new_tokens"] == 7
+    assert {k: again.generation_defaults[k] for k in embedded.GENERATION_DEFAULTS} == embedded.GENERATION_DEFAULTS
+    assert embedded.default_model(no_repeat_ngram_size=2).generation_defaults["no_repeat_ngram_size"] == 2
     assert embedded_model.context_window == 8192
     assert "<|im_end|>" in embedded_model.control_tokens
 

@@ -25,7 +25,7 @@ TOOLS = [Calculator()]
 
 @pytest.fixture(scope="module", params=[*FAMILIES, "internlm2"])
 def pair(request, tmp_path_factory):
-    """(family, model with reuse, the same weights without reuse)."""
+    """(family, model with reuse, the same weights without reuse), in float32 so scores compare closely."""
     folder = tmp_path_factory.mktemp(request.param)
     if request.param == "internlm2":
         from test_internlm2 import VARIANTS, write_internlm2
@@ -33,9 +33,9 @@ def pair(request, tmp_path_factory):
         from tinyagent.llm.internlm2 import InternLM2Chat
 
         write_internlm2(folder, **VARIANTS["mha-bias-tied-bin"], max_pos=2048)
-        model = InternLM2Chat(str(folder))
+        model = InternLM2Chat(str(folder), dtype="float32")
     else:
-        model = HFChatModel(str(build_tiny_model(request.param, folder)))
+        model = HFChatModel(str(build_tiny_model(request.param, folder)), dtype="float32")
     return request.param, model, type(model).from_model(model.model, model.tokenizer, reuse_cache=False)
 
 

@@ -1,6 +1,7 @@
 """HFChatModel on a tiny random Llama the tests build: prompts, stops, streaming, usage, KV-cache reuse."""
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import threading
@@ -20,7 +21,8 @@ QUESTION = [{"role": "system", "content": "Answer with tools."}, {"role": "user"
 
 @pytest.fixture(scope="module")
 def model(tiny_llama_dir):
-    return HFChatModel(tiny_llama_dir)
+    """float32: reuse is checked score for score against a full prefill."""
+    return HFChatModel(tiny_llama_dir, dtype="float32")
 
 
 @pytest.fixture(scope="module")
@@ -68,15 +70,20 @@ def scratch(content: str) -> list[dict]:
 
 # --- loading, prompts, counts ------------------------------------------------------------
 
-def test_loads_on_cpu_in_float32_and_describes_itself(model):
-    assert next(model.model.parameters()).dtype == torch.float32
+def test_loads_on_cpu_in_the_auto_dtype_and_describes_itself(model, tiny_llama_dir):
+    assert next(HFChatModel(tiny_llama_dir).model.parameters()).dtype == placement("cpu", "auto")[1]
     assert model.context_window == 2048
     assert set(model.control_tokens) == {"<|im_start|>", "<|im_end|>", "<|endoftext|>"}
     assert model.tokenizer.convert_tokens_to_ids("<|im_end|>") in model.end_token_ids
 
 
-def test_placement_rules():
+def test_placement_rules(monkeypatch):
+    from tinyagent.llm import hf
+
+    monkeypatch.setattr(hf, "cpu_has_native_bf16", lambda: False)
     assert placement("cpu", "auto") == (None, torch.float32)
+    monkeypatch.setattr(hf, "cpu_has_native_bf16", lambda: True)
+    assert placement("cpu", "auto") == (None, torch.bfloat16)
     assert placement("cpu", "bfloat16") == (None, torch.bfloat16)
     assert placement("cpu", torch.float16) == (None, torch.float16)
     with pytest.raises(ValueError, match="unknown dtype"):
@@ -157,7 +164,7 @@ def test_generation_defaults_and_per_call_overrides(model):
     assert m.generate(QUESTION, logits_processor=ban).completion_tokens == 5
     assert m.generate(QUESTION, max_new_tokens=3, logits_processor=[Ban(m.end_token_ids)]).completion_tokens == 3
     assert not m._generation_config().do_sample
-    sampled = m._generation_config(temperature=0.7, top_p=0.9)
+    sampled = m._generation_config(m._options(temperature=0.7, top_p=0.9))
     assert (sampled.do_sample, sampled.temperature, sampled.top_p) == (True, 0.7, 0.9)
 
 
@@ -344,7 +351,7 @@ def test_stream_raises_any_worker_exception_even_a_base_exception(no_reuse):
 def mistral(tmp_path_factory):
     from tiny_models import build_tiny_model
 
-    return HFChatModel(str(build_tiny_model("mistral", tmp_path_factory.mktemp("mistral"))))
+    return HFChatModel(str(build_tiny_model("mistral", tmp_path_factory.mktemp("mistral"))), dtype="float32")
 
 
 def test_sliding_window_model_reuses_its_cache_past_the_window(mistral):
@@ -379,3 +386,47 @@ def test_a_failure_while_preparing_the_cache_does_not_poison_later_calls(mistral
     assert out.cached_tokens == 0
     assert out == HFChatModel.from_model(mistral.model, mistral.tokenizer, reuse_cache=False).generate(
         scratch("Thought: a"), max_new_tokens=5)
+
+
+# --- repetition within the reply -----------------------------------------------------------------
+
+def test_generation_options_name_what_generate_honours(model):
+    assert HFChatModel.generation_options == {"max_new_tokens", "temperature", "top_p", "repetition_penalty",
+                                              "no_repeat_ngram_size", "max_line_tokens"}
+    for option in HFChatModel.generation_options:
+        assert option in inspect.signature(HFChatModel.generate).parameters
+
+
+def test_reply_repetition_penalises_only_the_replys_tokens():
+    from tinyagent.llm.repetition import ReplyRepetition
+
+    penalty = ReplyRepetition(penalty=2.0)
+    scores = torch.tensor([[4.0, -4.0, 4.0, 4.0]])
+    assert torch.equal(penalty(torch.tensor([[2, 3]]), scores), scores)  # the prompt: nothing generated yet
+    out = penalty(torch.tensor([[2, 3, 0, 1]]), scores)  # the reply so far: tokens 0 and 1
+    assert out.tolist() == [[2.0, -8.0, 4.0, 4.0]]
+
+
+def test_no_repeat_ngram_bans_within_the_reply_but_never_the_last_way_out():
+    from tinyagent.llm.repetition import ReplyRepetition
+
+    ngram = ReplyRepetition(ngram=2)
+    ngram(torch.tensor([[1, 2, 1, 2]]), torch.zeros(1, 4))  # prompt 1 2 1 2: repeats are not the reply's
+    out = ngram(torch.tensor([[1, 2, 1, 2, 3, 1, 3]]), torch.zeros(1, 4))
+    assert out.tolist() == [[0.0, float("-inf"), 0.0, 0.0]]  # "3 1" was written: 1 may not follow 3 again
+    only = torch.tensor([[float("-inf"), 0.0, float("-inf"), float("-inf")]])  # the format allows just 1
+    assert torch.equal(ngram(torch.tensor([[1, 2, 1, 2, 3, 1, 3]]), only), only)
+
+
+def test_no_repeat_ngram_size_stops_a_looping_reply(no_reuse):
+    def bigrams(**options) -> list:
+        rec = Recorder()
+        no_reuse.generate(QUESTION, max_new_tokens=60, logits_processor=[Ban(no_reuse.end_token_ids), rec],
+                          **options)
+        new = rec.inputs[-1][len(rec.inputs[0]):]  # every generated token but the last
+        return list(zip(new, new[1:]))
+
+    looping = bigrams()
+    assert len(set(looping)) < len(looping)  # random weights loop
+    free = bigrams(no_repeat_ngram_size=2)
+    assert len(free) == 58 and len(set(free)) == len(free)

@@ -58,6 +58,10 @@ class GenerationConfig:
     max_new_tokens: int = 512
     temperature: float = 0.0
     top_p: float = 1.0
+    # Local models (hf, internlm2, embedded) only; null leaves them out. Within the reply, not the prompt:
+    repetition_penalty: float | None = None   # > 1 lowers tokens the reply already used
+    no_repeat_ngram_size: int | None = None   # bans repeating an n-gram of the reply
+    max_line_tokens: int | None = None        # line budget of constrained replies (react.MAX_LINE_TOKENS)
 
 
 #: AgentConfig fields that choose tools; every other field is passed to `Agent(...)` as is.
@@ -91,7 +95,8 @@ class Config:
     source: str | None = None        # the file it was read from
 
     def generation_kwargs(self) -> dict:
-        return dataclasses.asdict(self.generation)
+        """The generation settings that are set (None ones are left out, so backends without them work)."""
+        return {k: v for k, v in dataclasses.asdict(self.generation).items() if v is not None}
 
     def to_dict(self) -> dict:
         return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
@@ -224,7 +229,9 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
         _fail(where, "model.device", f"{m.device!r} is not a device (auto, cpu, cuda, cuda:N, mps)")
     minimums = {"agent.max_turns": (a.max_turns, 1), "generation.max_new_tokens": (g.max_new_tokens, 1),
                 "generation.temperature": (g.temperature, 0), "model.max_retries": (m.max_retries, 0),
-                "agent.max_observation_chars": (a.max_observation_chars, 1)}
+                "agent.max_observation_chars": (a.max_observation_chars, 1),
+                "generation.repetition_penalty": (g.repetition_penalty, 1), "generation.no_repeat_ngram_size":
+                (g.no_repeat_ngram_size, 1), "generation.max_line_tokens": (g.max_line_tokens, 1)}
     for key, (value, least) in minimums.items():
         if value is not None and value < least:
             _fail(where, key, f"must be at least {least}, not {value}")
@@ -309,7 +316,7 @@ def build_model(cfg: Config):
         log.warning("trust_remote_code is on for %s: Python code from that model repository will run on "
                     "this machine with your permissions. Use it only for repositories you trust.", m.path)
     if m.backend == "embedded":  # CPU unless a device is named: 135M parameters need no GPU
-        return llm.default_model(**({} if m.device == "auto" else {"device": m.device}), **gen)
+        return llm.default_model(**({} if m.device == "auto" else {"device": m.device}), dtype=m.dtype, **gen)
     if m.backend == "hf":
         return llm.HFChatModel(m.path, device=m.device, dtype=m.dtype, gguf_file=m.gguf_file,
                                trust_remote_code=m.trust_remote_code, **gen)

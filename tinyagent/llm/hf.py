@@ -1,27 +1,34 @@
 """HFChatModel: any Hugging Face causal chat model, run locally with transformers.
 
 Greedy by default. Within one agent run the prompt only grows, so the KV cache of the last call
-is kept and only the tokens after the longest common prefix (compared on token ids) are fed.
+is kept and only the tokens after the longest common prefix (compared on token ids) are fed
+(`prefix_cache`: exact for every attention type). A local GGUF file is converted once and cached
+(`gguf_cache`).
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
-import queue
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 from .base import BaseModel, Completion, Message, TextCallback, trim_at_stop
+from .gguf_cache import cached_folder
 from .prefix_cache import PrefixCache, common_prefix_length  # noqa: F401  (re-exported)
-from .streaming import StopHoldback, make_streamer
+from .repetition import ReplyRepetition
+from .streaming import CancelCriterion, StopHoldback, make_streamer, stream_in_thread
 
 log = logging.getLogger(__name__)
 
 #: Special tokens that close a turn in common chat formats; generation stops at any the tokenizer has.
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
-GENERATE_OPTIONS = ("max_new_tokens", "temperature", "top_p")
-DEFAULT_GENERATION = {"max_new_tokens": 512, "temperature": 0.0, "top_p": 1.0}
+#: Options HFChatModel applies itself, within the reply (not transformers' whole-sequence versions).
+REPLY_OPTIONS = ("repetition_penalty", "no_repeat_ngram_size", "max_line_tokens")
+DEFAULT_GENERATION = {"max_new_tokens": 512, "temperature": 0.0, "top_p": 1.0, "repetition_penalty": 1.0,
+                      "no_repeat_ngram_size": 0, "max_line_tokens": None}
 MAX_BATCH = 8        # concurrent generate calls decoded together (1: one at a time, behind a lock)
 KEPT_PREFIXES = 16   # conversations whose KV cache is kept between calls when batching
 _DECODE_CONTEXT = 4  # prompt tokens decoded along with new ones, so a leading space survives decoding
@@ -34,8 +41,20 @@ def require(modules: tuple[str, ...], purpose: str) -> None:
         raise ImportError(f"{purpose} needs {', '.join(missing)}: pip install {' '.join(missing)}")
 
 
+def cpu_has_native_bf16() -> bool:
+    """True on x86 CPUs with AVX512-BF16 (AMX ones have it too), where bf16 matmuls run natively."""
+    import torch
+
+    check = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
+    try:
+        return bool(check and check())
+    except RuntimeError:
+        return False
+
+
 def placement(device: str = "auto", dtype="auto"):
-    """(device_map, torch dtype): bf16 (fp16 without bf16) and device_map="auto" on CUDA, float32 on CPU."""
+    """(device_map, torch dtype): bf16 (fp16 without bf16) and device_map="auto" on CUDA; on CPU bf16
+    where the CPU computes it natively (faster there, see README), float32 elsewhere."""
     import torch
 
     if device == "auto":
@@ -44,7 +63,7 @@ def placement(device: str = "auto", dtype="auto"):
         if str(device).startswith("cuda"):
             dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         else:
-            dtype = torch.float32
+            dtype = torch.bfloat16 if str(device) == "cpu" and cpu_has_native_bf16() else torch.float32
     elif isinstance(dtype, str):
         if not isinstance(getattr(torch, dtype, None), torch.dtype):
             raise ValueError(f"unknown dtype {dtype!r}: use 'auto', 'bfloat16', 'float16' or 'float32'")
@@ -57,13 +76,19 @@ def placement(device: str = "auto", dtype="auto"):
 
 def load_hf(model_id_or_path: str, device: str = "auto", dtype="auto", gguf_file: str | None = None,
             trust_remote_code: bool = False):
-    """(model, tokenizer) from a hub id or a local folder, or a GGUF file in it."""
+    """(model, tokenizer) from a hub id or a local folder, or a GGUF file in it (a local one is
+    converted once and then loaded from the cache, see `llm.gguf_cache`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     extra = {}
     if gguf_file:
         require(("gguf", "accelerate"), "loading a GGUF file")
-        extra["gguf_file"] = gguf_file
+        local = Path(model_id_or_path) / gguf_file
+        converted = cached_folder(local) if local.is_file() else None  # a hub file converts every time
+        if converted is not None:
+            model_id_or_path = str(converted)
+        else:
+            extra["gguf_file"] = gguf_file
     device_map, torch_dtype = placement(device, dtype)
     tokenizer = AutoTokenizer.from_pretrained(model_id_or_path, trust_remote_code=trust_remote_code, **extra)
     model = AutoModelForCausalLM.from_pretrained(
@@ -76,9 +101,12 @@ class HFChatModel(BaseModel):
     """A transformers chat model: chat template, stop strings, streaming, KV-cache reuse.
 
     `HFChatModel("HuggingFaceTB/SmolLM2-360M-Instruct")`, a local folder, or `gguf_file=` a GGUF file
-    in that folder. `generation_defaults` (max_new_tokens, temperature, top_p, any other
-    `GenerationConfig` field) apply to every call; `generate` can override the first three.
+    in that folder. `generation_defaults` (the `generation_options`, or any other transformers
+    `GenerationConfig` field) apply to every call; `generate` can override the `generation_options`.
     """
+
+    #: The keyword options `generate` honours (others are ignored with a warning).
+    generation_options = frozenset({"max_new_tokens", "temperature", "top_p", *REPLY_OPTIONS})
 
     def __init__(self, model_id_or_path: str, device: str = "auto", dtype="auto", gguf_file: str | None = None,
                  trust_remote_code: bool = False, reuse_cache: bool = True, max_batch: int = MAX_BATCH,
@@ -165,34 +193,46 @@ class HFChatModel(BaseModel):
 
     def generate(self, messages: list[Message], stop: list[str] | None = None, *,
                  max_new_tokens: int | None = None, temperature: float | None = None, top_p: float | None = None,
-                 on_text: TextCallback | None = None, logits_processor: list | None = None, constraint=None,
-                 cancel: threading.Event | None = None, **ignored) -> Completion:
+                 repetition_penalty: float | None = None, no_repeat_ngram_size: int | None = None,
+                 max_line_tokens: int | None = None, on_text: TextCallback | None = None,
+                 logits_processor: list | None = None, constraint=None, cancel: threading.Event | None = None,
+                 **ignored) -> Completion:
         """Continue `messages`; returns the new text (before the first stop string) with usage counts.
 
         `constraint` (a `react.StepFormat`) keeps the reply in that format (needs outlines, see
-        `llm.constrained`); the compiled automaton is cached, its per-call state is not. Setting
-        `cancel` ends generation after the current token (what `stream` does when abandoned).
+        `llm.constrained`); the compiled automaton is cached, its per-call state is not.
+        `max_line_tokens` replaces the format's line budget. `repetition_penalty` and
+        `no_repeat_ngram_size` act within the reply only (`llm.repetition`). Setting `cancel` ends
+        generation after the current token (what `stream` does when abandoned).
         """
         for key in ignored.keys() - self._warned:
             self._warned.add(key)
             log.warning("%s ignores the generate option %r", type(self).__name__, key)
         stop = [s for s in stop or () if s]
-        config = self._generation_config(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+        options = self._options(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
+                                max_line_tokens=max_line_tokens)
+        penalty, ngram, line_budget = (options.pop(k) for k in REPLY_OPTIONS)
+        config = self._generation_config(options)
+        processors = list(logits_processor or [])
         if constraint is not None:
             from .constrained import step_processor
 
-            logits_processor = [*(logits_processor or []), step_processor(
-                self.tokenizer, constraint, end_ids=self.end_token_ids, max_new_tokens=config.max_new_tokens,
-                stop=stop)]
+            if line_budget:
+                constraint = dataclasses.replace(constraint, max_line_tokens=line_budget)
+            processors.append(step_processor(self.tokenizer, constraint, end_ids=self.end_token_ids,
+                                             max_new_tokens=config.max_new_tokens, stop=stop))
+        if penalty != 1.0 or ngram:
+            processors.append(ReplyRepetition(penalty, ngram))  # after the format: it only picks among allowed
         with self._lock:
             ids = self.encode_prompt(self.render_prompt(messages))
             holdback = StopHoldback(on_text, stop) if on_text else None
             started = time.perf_counter()
-            stopping = [*self._stop_criteria(stop), *([_Cancelled(cancel)] if cancel is not None else [])]
+            stopping = [*self._stop_criteria(stop), *([CancelCriterion(cancel)] if cancel is not None else [])]
             if self._batcher is None:
-                new_ids, reused = self._run(ids, config, holdback, logits_processor, stopping)
+                new_ids, reused = self._run(ids, config, holdback, processors, stopping)
         if self._batcher is not None:  # outside the lock: the batcher runs this call with the others
-            new_ids, reused = self._batch(ids, config, holdback, logits_processor, stopping)
+            new_ids, reused = self._batch(ids, config, holdback, processors, stopping)
         seconds = time.perf_counter() - started
         text = trim_at_stop(self.decode_new(ids, new_ids), stop)
         if holdback:
@@ -201,41 +241,13 @@ class HFChatModel(BaseModel):
                           cached_tokens=reused)
 
     def stream(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> Iterator[str]:
-        """`generate` as an iterator of text chunks (generation runs in a background thread).
+        """`generate` as an iterator of text chunks, generated in a background thread.
 
-        The worker waits while a chunk is not taken, so it never runs more than a token or two
-        ahead; closing or abandoning the iterator stops it at the next token and frees the model.
-        Whatever the worker raises (any `BaseException`) is raised here.
+        Closing or abandoning the iterator stops generation within a token or two and frees the
+        model; whatever the generation raises is raised here (see `streaming.stream_in_thread`).
         """
-        chunks: queue.Queue = queue.Queue(maxsize=1)
-        cancelled = threading.Event()
-        done = object()
-
-        def hand_over(item) -> None:
-            while not cancelled.is_set():
-                try:
-                    chunks.put(item, timeout=0.05)
-                    return
-                except queue.Full:
-                    pass
-
-        def work() -> None:
-            try:
-                self.generate(messages, stop, on_text=hand_over, cancel=cancelled, **kwargs)
-                hand_over(done)
-            except BaseException as e:  # noqa: BLE001  (handed to the consumer, raised there)
-                hand_over(e)
-
-        worker = threading.Thread(target=work, daemon=True)
-        worker.start()
-        try:
-            while (item := chunks.get()) is not done:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            cancelled.set()
-            worker.join()
+        return stream_in_thread(lambda on_text, cancel: self.generate(
+            messages, stop, on_text=on_text, cancel=cancel, **kwargs))
 
     @property
     def reuse_cache(self) -> bool:
@@ -259,10 +271,15 @@ class HFChatModel(BaseModel):
         on_token = (lambda new: holdback.update(self.decode_new(ids, new).rstrip("\ufffd"))) if holdback else None
         return self._batcher.run(ids, config, processors, stopping, on_token)
 
-    def _generation_config(self, **overrides):
+    def _options(self, **overrides) -> dict:
+        """The generation defaults with this call's overrides (those not None)."""
+        return {**self.generation_defaults, **{k: v for k, v in overrides.items() if v is not None}}
+
+    def _generation_config(self, options: dict | None = None):
+        """A transformers `GenerationConfig` from `options` (the defaults when None), minus REPLY_OPTIONS."""
         from transformers import GenerationConfig
 
-        options = {**self.generation_defaults, **{k: v for k, v in overrides.items() if v is not None}}
+        options = {k: v for k, v in (options or self._options()).items() if k not in REPLY_OPTIONS}
         temperature, top_p = options.pop("temperature"), options.pop("top_p")
         if temperature and temperature > 0:
             options.update(do_sample=True, temperature=temperature, top_p=top_p)
@@ -312,14 +329,3 @@ class HFChatModel(BaseModel):
         self._prefix.keep(cache, sequence)
         return sequence[len(ids):], reused
 
-
-class _Cancelled:
-    """A stopping criterion: true once `event` is set."""
-
-    def __init__(self, event: threading.Event):
-        self.event = event
-
-    def __call__(self, input_ids, scores, **kwargs):
-        import torch
-
-        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)

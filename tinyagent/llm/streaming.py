@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator
 
 from .base import TextCallback, trim_at_stop
 
@@ -83,3 +85,56 @@ def make_streamer(decode: Callable[[list[int]], str], holdback: StopHoldback):
             pass
 
     return _Streamer()
+
+
+class CancelCriterion:
+    """A transformers stopping criterion that is true once `event` is set."""
+
+    def __init__(self, event: threading.Event):
+        self.event = event
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
+
+
+def stream_in_thread(run: Callable[[TextCallback, threading.Event], object]) -> Iterator[str]:
+    """The text chunks `run(on_text, cancel)` produces in a background thread, as an iterator.
+
+    The worker waits while a chunk is not taken, so it never runs more than a chunk or two ahead;
+    closing or abandoning the iterator sets `cancel` and waits for the worker to end (so the model
+    is free again). Whatever the worker raises, `BaseException` included, is raised here.
+    """
+    chunks: queue.Queue = queue.Queue(maxsize=1)
+    cancel = threading.Event()
+    done = object()
+
+    def hand_over(item) -> None:
+        while not cancel.is_set():
+            try:
+                chunks.put(item, timeout=0.05)
+                return
+            except queue.Full:
+                pass
+
+    def work() -> None:
+        try:
+            run(hand_over, cancel)
+            hand_over(done)
+        except BaseException as e:  # noqa: BLE001  (handed to the consumer, raised there)
+            hand_over(e)
+
+    def consume() -> Iterator[str]:
+        worker = threading.Thread(target=work, daemon=True)
+        worker.start()
+        try:
+            while (item := chunks.get()) is not done:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            cancel.set()
+            worker.join()
+
+    return consume()
