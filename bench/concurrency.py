@@ -41,7 +41,8 @@ class ForcedReplies(BaseModel):
 
 def run_agents(model, episodes: list, tools_of, agents: int, max_new_tokens: int, together: bool) -> dict:
     """Replay `agents` episode runs, in threads started together or one after another; seconds and counts."""
-    from episode_cost import EpisodeError  # the benchmark's own error, raised when a replay goes astray
+    # imported here, as episode_cost imports this module
+    from episode_cost import EpisodeError
 
     model.reset_cache()
     batcher = model._batcher

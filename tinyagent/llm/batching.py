@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass, field
 
 from .kept_prefixes import KeptPrefixes
@@ -126,7 +125,7 @@ class Batcher:
                         self._join(joining)
                     if self._rows:
                         self._step()
-            except BaseException as e:  # noqa: BLE001  (a failed pass loses the batch: every caller gets the error)
+            except BaseException as e:  # a failed pass loses the batch: every caller gets the error
                 log.exception("batched generation failed")
                 for r in {id(r): r for r in [*admitted, *self._rows]}.values():
                     if not r.done.is_set():
