@@ -258,3 +258,13 @@ def test_local_models_are_evaluated_eight_at_a_time(tmp_path, monkeypatch, scrip
     code = ev.main(["--suite", str(suite), "--tools", "", "--out", str(tmp_path / "out")])
     summary = json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))
     assert code == 0 and summary["run"]["backend"] == "embedded" and summary["run"]["concurrency"] == 8
+
+
+def test_an_abandoned_stream_leaves_the_batch(alone, batched):
+    first = batched.stream(conversation(QUESTIONS[0]), max_new_tokens=400)
+    next(first)
+    first.close()  # returns once the request has ended (stream_in_thread joins its worker)
+    wait_until(lambda: batched._batcher._worker is None)  # nothing left decoding
+    assert batched._batcher.passes < 10  # it ended within a few tokens, not at 400
+    assert str(batched.generate(conversation(QUESTIONS[1]), max_new_tokens=8)) == str(
+        alone.generate(conversation(QUESTIONS[1]), max_new_tokens=8))
