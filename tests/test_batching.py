@@ -268,3 +268,21 @@ def test_an_abandoned_stream_leaves_the_batch(alone, batched):
     assert batched._batcher.passes < 10  # it ended within a few tokens, not at 400
     assert str(batched.generate(conversation(QUESTIONS[1]), max_new_tokens=8)) == str(
         alone.generate(conversation(QUESTIONS[1]), max_new_tokens=8))
+
+
+def test_a_request_past_the_dynamic_rope_length_runs_alone(tmp_path):
+    from test_internlm2 import VARIANTS, write_internlm2
+
+    from tinyagent.llm.internlm2 import InternLM2Chat
+
+    write_internlm2(tmp_path, **VARIANTS["gqa-dynamic-safetensors"], max_pos=128)
+    model = InternLM2Chat(str(tmp_path), device="cpu", dtype="float32")
+    assert model._batcher is not None and model._batcher.rope_limit == 128
+    reference = InternLM2Chat.from_model(model.model, model.tokenizer, reuse_cache=False, max_batch=1)
+    prompts = [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}]
+               for q in [*QUESTIONS[:3], "What is 12 times 6? " * 40]]  # the last one passes 128: NTK rescales
+    assert model.count_tokens(prompts[-1]) > 128 > max(model.count_tokens(p) for p in prompts[:3]) + 6
+    sizes = PassSizes(model)
+    got = in_threads([lambda p=p: str(model.generate(p, max_new_tokens=6)) for p in prompts])
+    assert got == [str(reference.generate(p, max_new_tokens=6)) for p in prompts]
+    assert max(sizes.close()) > 1  # the short ones were batched

@@ -11,8 +11,9 @@ request that ends (or raises) leaves the batch at once; its cache goes to the ke
 The batch is one left-padded `DynamicCache` with an attention mask and per-row positions. Padded
 columns are masked, so results equal a request decoded alone up to float rounding (greedy tokens
 are compared in tests/test_batching.py). Only caches made of plain full-attention layers are
-batched (`supports`); sliding-window, quantised or recurrent caches and rope that depends on the
-sequence length keep the one-at-a-time path.
+batched (`supports`); sliding-window, quantised or recurrent caches keep the one-at-a-time path.
+With rope that depends on the length (dynamic NTK), a request that may pass the original length
+runs alone.
 
 Why not transformers' own continuous batching (`generate_batch`, the manager behind
 `transformers serve`): it carries per-request end ids, max_new_tokens and temperature / top_p /
@@ -35,13 +36,10 @@ log = logging.getLogger(__name__)
 
 
 def supports(model) -> bool:
-    """True when `model`'s cache is all plain full-attention layers (left padding is exact for those)
-    and its rope does not depend on the sequence length (rows of different lengths share a pass)."""
+    """True when `model`'s cache is all plain full-attention layers (left padding is exact for those)."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
-    if length_dependent_rope_limit(model.config.get_text_config()) is not None:
-        return False
     layers = DynamicCache(config=model.config).layers
     return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
@@ -72,7 +70,10 @@ class Batcher:
 
     def __init__(self, model, max_batch: int = 8, kept: int = 16):
         self.model, self.max_batch = model, max_batch
-        self.prefixes = KeptPrefixes(model, kept)
+        # Rope that changes past this length (dynamic NTK) changes for the whole pass, so a request
+        # that may pass it runs alone, and no kept cache is reused past it.
+        self.rope_limit = length_dependent_rope_limit(model.config.get_text_config())
+        self.prefixes = KeptPrefixes(model, kept, self.rope_limit)
         self._waiting: list[Request] = []
         self._worker: threading.Thread | None = None
         self._cond = threading.Condition()
@@ -109,8 +110,7 @@ class Batcher:
 
         while True:
             with self._cond:
-                free = self.max_batch - len(self._rows)
-                admitted, self._waiting = self._waiting[:free], self._waiting[free:]
+                admitted = self._admit()
                 if not admitted and not self._rows:
                     self._worker = None
                     return
@@ -131,6 +131,27 @@ class Batcher:
                     if not r.done.is_set():
                         self._finish(r, e)
                 self._rows, self._lengths, self._cache, self._mask = [], [], None, None
+
+    def _long(self, request: Request) -> bool:
+        """True when the request may pass the rope limit: it then runs alone."""
+        return self.rope_limit is not None and len(request.ids) + request.config.max_new_tokens > self.rope_limit
+
+    def _admit(self) -> list[Request]:
+        """The waiting requests that join now, in arrival order: as many as there are free rows; a long
+        one only into an empty batch, and alone (the requests after it wait for it)."""
+        if any(self._long(r) for r in self._rows):
+            return []
+        admitted: list[Request] = []
+        for r in self._waiting:
+            if len(self._rows) + len(admitted) >= self.max_batch:
+                break
+            if self._long(r):
+                if not self._rows and not admitted:
+                    admitted.append(r)
+                break
+            admitted.append(r)
+        self._waiting = self._waiting[len(admitted):]
+        return admitted
 
     def _prefill(self, request: Request) -> bool:
         """Feed the request's prompt after its kept prefix and choose its first token; False once it ended."""

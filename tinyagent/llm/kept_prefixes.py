@@ -23,8 +23,8 @@ CONTINUATION_TAIL = 16  # tokens an entry may lose at its end and still count as
 class KeptPrefixes:
     """At most `size` kept caches, least recently used dropped first (0 keeps nothing)."""
 
-    def __init__(self, model, size: int):
-        self.model, self.size = model, size
+    def __init__(self, model, size: int, rope_limit: int | None = None):
+        self.model, self.size, self.rope_limit = model, size, rope_limit  # no reuse past rope_limit
         self._entries: OrderedDict[int, tuple[list[int], object]] = OrderedDict()
         self._next = 0
         self._lock = threading.Lock()
@@ -44,6 +44,8 @@ class KeptPrefixes:
         with self._lock:
             best, shared = None, 0
             for key, (kept, _) in self._entries.items():
+                if self.rope_limit is not None and max(len(kept), len(ids)) > self.rope_limit:
+                    continue  # keys cached at another rope base than a fresh prefill would use
                 n = min(common_prefix_length(kept, ids), len(ids) - 1)
                 if n > shared:
                     best, shared = key, n
