@@ -82,8 +82,8 @@ def run_agents(model, episodes: list, tools_of, agents: int, max_new_tokens: int
 def concurrency_report(model, episodes: list, tools_of, agents: int, max_new_tokens: int) -> dict:
     """The `"concurrency"` entry of the benchmark's JSON: sequential vs concurrent on the same model."""
     if model._batcher is None:
-        raise SystemExit("--concurrency: this model's cache cannot be batched (sliding-window or length-dependent "
-                         "rope layers); it runs one call at a time")
+        raise SystemExit("--concurrency: this model's cache cannot be batched (it has sliding-window or other "
+                         "layers that are not plain full attention); it runs one call at a time")
     model.generate([{"role": "user", "content": "Hi"}], stop=react.STOP_WORDS, max_new_tokens=4)  # warm-up
     alone = run_agents(model, episodes, tools_of, agents, max_new_tokens, together=False)
     print(f"  {agents} agents one after another: {alone['seconds']} s", file=sys.stderr)
