@@ -108,3 +108,30 @@ def test_the_embedded_model_loads_from_the_cache_the_second_time(embedded_model,
     ids = torch.tensor([direct(text)["input_ids"]])
     with torch.inference_mode():
         assert torch.equal(model(ids).logits, embedded_model.model(ids).logits)
+
+
+def test_a_full_disk_while_writing_falls_back_and_leaves_nothing_behind(fake_gguf, monkeypatch, caplog):
+    source, _ = fake_gguf
+
+    def disk_full(path, folder):
+        (folder / "model.safetensors").write_bytes(b"\0" * 1000)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(gguf_cache, "_convert", disk_full)
+    with caplog.at_level("WARNING"):
+        assert gguf_cache.cached_folder(source) is None
+    assert "No space left on device" in caplog.text
+    assert list((gguf_cache.cache_root() / "gguf").iterdir()) == []
+
+
+def test_partial_folders_of_killed_conversions_are_cleared_but_not_a_live_one(fake_gguf):
+    source, _ = fake_gguf
+    folder = gguf_cache.cache_root() / "gguf"
+    stale, live = folder / ".partial-killed", folder / ".partial-running"
+    for partial in (stale, live):
+        partial.mkdir(parents=True)
+        (partial / "model.safetensors").write_bytes(b"\0" * 100)
+    hours_ago = stale.stat().st_mtime - 2 * gguf_cache.STALE_SECONDS
+    os.utime(stale, (hours_ago, hours_ago))
+    entry = gguf_cache.cached_folder(source)
+    assert sorted(p.name for p in folder.iterdir()) == sorted([entry.name, live.name])

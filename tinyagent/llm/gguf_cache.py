@@ -18,12 +18,14 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 ENV_VAR = "TINYAGENT_CACHE"
 FORMAT = 1  # bump when what an entry holds changes
+STALE_SECONDS = 3600  # a partial folder this old was left by a conversion that was killed
 
 
 class NotCacheable(Exception):
@@ -61,24 +63,27 @@ def cached_folder(gguf_path: Path) -> Path | None:
         target.parent.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=".partial-", dir=target.parent))
     except OSError as e:
-        log.warning("cannot write the model cache in %s (%s): converting %s at every start",
-                    target.parent, e.strerror or e, gguf_path.name)
-        return None
+        return _not_writable(target, gguf_path, e)
     try:
         _convert(gguf_path, scratch)
         os.rename(scratch, target)  # atomic; fails if another process got there first
     except NotCacheable as e:
         log.info("%s is not cached: %s", gguf_path.name, e)
         return None
-    except OSError:
+    except OSError as e:  # another process won the rename, or the disk is full
         if not (target / "config.json").is_file():
-            raise
+            return _not_writable(target, gguf_path, e)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     _drop_older_entries(gguf_path, target)
     log.warning("converted %s once and cached it in %s (%.0f MB; set %s to move it); later starts load "
                 "from there", gguf_path.name, target, folder_size(target) / 1e6, ENV_VAR)
     return target
+
+
+def _not_writable(target: Path, gguf_path: Path, error: OSError) -> None:
+    log.warning("cannot write the model cache in %s (%s): converting %s at every start",
+                target.parent, error.strerror or error, gguf_path.name)
 
 
 def _convert(gguf_path: Path, folder: Path) -> None:
@@ -100,7 +105,14 @@ def _convert(gguf_path: Path, folder: Path) -> None:
 
 
 def _drop_older_entries(gguf_path: Path, keep: Path) -> None:
-    """Remove earlier conversions of the same file (it changed since), so the cache does not grow."""
+    """Remove earlier conversions of the same file (it changed since), and what killed conversions left
+    (partial folders untouched for STALE_SECONDS: a live one is younger), so the cache does not grow."""
+    for partial in keep.parent.glob(".partial-*"):
+        try:
+            if time.time() - partial.stat().st_mtime > STALE_SECONDS:
+                shutil.rmtree(partial, ignore_errors=True)
+        except OSError:
+            continue
     source = str(gguf_path.resolve())
     for entry in keep.parent.glob(f"{gguf_path.stem}-*"):
         try:
