@@ -13,6 +13,7 @@ Live (--live): the same questions answered freely by the model, reporting what i
   python bench/episode_cost.py --json out.json             # all episodes
   python bench/episode_cost.py --live                      # free generation
   python bench/episode_cost.py --device cuda --random-internlm2-1_8b
+  python bench/episode_cost.py --quick --concurrency 8     # also: 8 agents at once vs one after another
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this repository's tinyagent, installed or not
 
-from make_random_internlm2 import write_checkpoint  # next to this file
+from concurrency import concurrency_report, print_concurrency  # next to this file
+from make_random_internlm2 import write_checkpoint
 
 from tinyagent import Agent, react
 from tinyagent.llm.base import BaseModel
@@ -326,6 +328,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--constrained", action="store_true", help="live: add Agent(constrained=True)")
     parser.add_argument("--no-replay", action="store_true", help="live only")
     parser.add_argument("--bandwidth-gbs", type=float, help="the device's memory bandwidth (default: measured copy)")
+    parser.add_argument("--concurrency", type=int, metavar="N",
+                        help="also replay the episodes as N agents at once vs one after another (bench/concurrency.py)")
     parser.add_argument("--json", type=Path, help="write the figures to this file")
     args = parser.parse_args(argv)
 
@@ -350,6 +354,10 @@ def main(argv: list[str] | None = None) -> None:
             rows = run_replay(model, run, args.max_new_tokens)
             report.update(summarize(rows), episodes=rows, decode=decode_report(model, rows, args.bandwidth_gbs))
             print_replay(report)
+        if args.concurrency:
+            report["concurrency"] = concurrency_report(model, episodes, episode_tools, args.concurrency,
+                                                       args.max_new_tokens)
+            print_concurrency(report["concurrency"])
         if args.live:
             report["live"] = run_live(model, run, args.max_new_tokens, args.constrained)
             print_live(report["live"])

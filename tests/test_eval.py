@@ -324,7 +324,7 @@ def cli_suite(tmp_path) -> Path:
 def test_cli_end_to_end(tmp_path, scripted_config, capsys):
     out = tmp_path / "run"
     code = ev.main(["--suite", str(cli_suite(tmp_path)), "--tools", "calculator", "--max-turns", "2",
-                    "--out", str(out)])
+                    "--out", str(out), "--concurrency", "1"])  # progress in suite order
     printed = capsys.readouterr().out
     assert code == 0
     assert "[1/3] ok   mul  steps=2" in printed and "FAIL fr" in printed and "format-error" in printed

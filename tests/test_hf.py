@@ -280,6 +280,7 @@ def test_new_run_reuses_only_the_verified_shared_prefix(model, no_reuse):
 
 
 def test_cache_is_dropped_after_a_failed_call(model, no_reuse):
+    model = HFChatModel.from_model(model.model, model.tokenizer, max_batch=1)  # one kept cache (batching: test_batching)
     run_steps(model, 2)
 
     def boom(input_ids, scores):
@@ -293,11 +294,13 @@ def test_cache_is_dropped_after_a_failed_call(model, no_reuse):
 
 
 def test_concurrent_calls_are_serialised(model, no_reuse, monkeypatch):
-    """Two threads share one model (and its KV cache); the second may not start until the first is done.
+    """Without batching (max_batch=1), two threads share one model (and its KV cache); the second may
+    not start until the first is done.
 
     The first call, once inside generation, waits for a second call to join it there. With the lock
     none can (the wait ends after its timeout); without it one always does, so the check is not luck.
     """
+    model = HFChatModel.from_model(model.model, model.tokenizer, max_batch=1)
     prompts = [scratch(f"Thought: step {i}") for i in range(2)]
     expected = [str(no_reuse.generate(p, max_new_tokens=6)) for p in prompts]
     inside, most_inside, lock = 0, 0, threading.Lock()

@@ -37,10 +37,12 @@ class BatchItem:
 def run_many(
     agent_factory: Callable[[], Agent],
     questions: Iterable[str],
-    concurrency: int = 4,
+    concurrency: int = 8,
     on_done: Callable[[BatchItem], None] | None = None,
 ) -> list[BatchItem]:
     """Answer every question with `concurrency` threads; return one BatchItem per question, in order.
+
+    The default 8 is as many agents as a local `HFChatModel` decodes in one batch (`max_batch`).
 
     A run that raises becomes an item with `error` set (its type and message, redacted); the others
     go on. `on_done(item)` is called in the calling thread as each question finishes, in completion

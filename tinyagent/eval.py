@@ -145,6 +145,12 @@ def agent_factory_from_config(cfg) -> Callable[[], Agent]:
     return lambda: build_agent(cfg, model, tools=tools)
 
 
+def default_concurrency(backend: str) -> int:
+    """Questions run at once unless --concurrency says: a server takes 4; a local model 8, as many as
+    `HFChatModel` decodes in one batch (its `max_batch`), each agent keeping its own cache."""
+    return 4 if backend == "openai" else 8
+
+
 def _parser():
     import argparse
 
@@ -158,8 +164,8 @@ def _parser():
     p.add_argument("--tools", help="comma-separated tools, e.g. calculator,local_search ('' for none)")
     p.add_argument("--max-turns", type=int)
     p.add_argument("--max-new-tokens", type=int)
-    p.add_argument("--concurrency", type=int, help="parallel questions (default 4 for the openai backend, "
-                                                   "1 for local models, which always run one at a time)")
+    p.add_argument("--concurrency", type=int, help="parallel questions (default 4 for the openai backend, 8 for "
+                                                   "local models, which decode them in one batch)")
     p.add_argument("--limit", type=int, help="only the first N questions")
     p.add_argument("--out", help="output folder (default out/eval-<suite>-<time>)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (progress goes to stderr)")
@@ -238,10 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = _load_config(args)
     except (SuiteError, ConfigError) as e:
         return fail(str(e))
-    concurrency = args.concurrency or (4 if cfg.model.backend == "openai" else 1)
-    if concurrency > 1 and cfg.model.backend != "openai":
-        say(f"note: backend {cfg.model.backend} runs one question at a time (--concurrency ignored)")
-        concurrency = 1
+    concurrency = args.concurrency or default_concurrency(cfg.model.backend)
     out = Path(args.out or f"out/eval-{Path(args.suite).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -29,6 +29,8 @@ END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end
 REPLY_OPTIONS = ("repetition_penalty", "no_repeat_ngram_size", "max_line_tokens")
 DEFAULT_GENERATION = {"max_new_tokens": 512, "temperature": 0.0, "top_p": 1.0, "repetition_penalty": 1.0,
                       "no_repeat_ngram_size": 0, "max_line_tokens": None}
+MAX_BATCH = 8        # concurrent generate calls decoded together (1: one at a time, behind a lock)
+KEPT_PREFIXES = 16   # conversations whose KV cache is kept between calls when batching
 _DECODE_CONTEXT = 4  # prompt tokens decoded along with new ones, so a leading space survives decoding
 
 
@@ -107,18 +109,21 @@ class HFChatModel(BaseModel):
     generation_options = frozenset({"max_new_tokens", "temperature", "top_p", *REPLY_OPTIONS})
 
     def __init__(self, model_id_or_path: str, device: str = "auto", dtype="auto", gguf_file: str | None = None,
-                 trust_remote_code: bool = False, reuse_cache: bool = True, **generation_defaults):
+                 trust_remote_code: bool = False, reuse_cache: bool = True, max_batch: int = MAX_BATCH,
+                 kept_prefixes: int = KEPT_PREFIXES, **generation_defaults):
         model, tokenizer = load_hf(model_id_or_path, device, dtype, gguf_file, trust_remote_code)
-        self._attach(model, tokenizer, reuse_cache, generation_defaults)
+        self._attach(model, tokenizer, reuse_cache, generation_defaults, max_batch, kept_prefixes)
 
     @classmethod
-    def from_model(cls, model, tokenizer, reuse_cache: bool = True, **generation_defaults) -> HFChatModel:
+    def from_model(cls, model, tokenizer, reuse_cache: bool = True, max_batch: int = MAX_BATCH,
+                   kept_prefixes: int = KEPT_PREFIXES, **generation_defaults) -> HFChatModel:
         """Wrap a model and tokenizer that are already loaded."""
         self = cls.__new__(cls)
-        self._attach(model, tokenizer, reuse_cache, generation_defaults)
+        self._attach(model, tokenizer, reuse_cache, generation_defaults, max_batch, kept_prefixes)
         return self
 
-    def _attach(self, model, tokenizer, reuse_cache: bool, generation_defaults: dict) -> None:
+    def _attach(self, model, tokenizer, reuse_cache: bool, generation_defaults: dict, max_batch: int = MAX_BATCH,
+                kept_prefixes: int = KEPT_PREFIXES) -> None:
         if type(self).render_prompt is HFChatModel.render_prompt and not getattr(tokenizer, "chat_template", None):
             raise ValueError("this tokenizer has no chat template: use a chat (instruct) model, "
                              "or set tokenizer.chat_template")
@@ -131,6 +136,11 @@ class HFChatModel(BaseModel):
         self.end_token_ids = self._end_token_ids()
         self._prefix = PrefixCache(model, reuse_cache)
         self._lock = threading.Lock()
+        # --- batching: concurrent calls decode together, each conversation's cache kept (llm/batching.py) ---
+        from .batching import Batcher, supports
+
+        self._batcher = (Batcher(model, max_batch, kept_prefixes if reuse_cache else 0)
+                         if max_batch > 1 and supports(model) else None)
 
     def _end_token_ids(self) -> list[int]:
         """eos ids of the generation config and the tokenizer, plus any end-of-turn token it has."""
@@ -216,9 +226,12 @@ class HFChatModel(BaseModel):
             started = time.perf_counter()
             stopping = [TextStop(lambda new: self.decode_new(ids, new), len(ids), stop)] if stop else []
             stopping += [CancelCriterion(cancel)] if cancel is not None else []
-            new_ids, reused = self._run(ids, config, holdback, processors, stopping)
-            seconds = time.perf_counter() - started
-            text = trim_at_stop(self.decode_new(ids, new_ids), stop)
+            if self._batcher is None:
+                new_ids, reused = self._run(ids, config, holdback, processors, stopping)
+        if self._batcher is not None:  # outside the lock: the batcher runs this call with the others
+            new_ids, reused = self._batch(ids, config, holdback, processors, stopping)
+        seconds = time.perf_counter() - started
+        text = trim_at_stop(self.decode_new(ids, new_ids), stop)
         if holdback:
             holdback.finish(text)
         return Completion(text, prompt_tokens=len(ids), completion_tokens=len(new_ids), seconds=seconds,
@@ -238,9 +251,22 @@ class HFChatModel(BaseModel):
         return self._prefix.enabled
 
     def reset_cache(self) -> None:
-        """Forget the kept KV cache (frees its memory)."""
+        """Forget the kept KV caches (frees their memory)."""
         with self._lock:
             self._prefix.clear()
+            if self._batcher is not None:
+                self._batcher.prefixes.clear()
+
+    def _batch(self, ids: list[int], config, holdback: StopHoldback | None, logits_processor: list | None,
+               stopping: list) -> tuple[list[int], int]:
+        """`_run` through the batcher: the same logits processors `generate` builds, the caller's after them."""
+        from transformers import LogitsProcessorList
+
+        processors = self.model._get_logits_processor(
+            generation_config=config, input_ids_seq_length=len(ids),
+            logits_processor=LogitsProcessorList(logits_processor or []), device=self.model.device)
+        on_token = (lambda new: holdback.update(self.decode_new(ids, new).rstrip("\ufffd"))) if holdback else None
+        return self._batcher.run(ids, config, processors, stopping, on_token)
 
     def _options(self, **overrides) -> dict:
         """The generation defaults with this call's overrides (those not None)."""

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from .base import Message
-from .hf import HFChatModel, load_hf, placement
+from .hf import KEPT_PREFIXES, MAX_BATCH, HFChatModel, load_hf, placement
 from .internlm2_tokenizer import load_internlm2_tokenizer
 
 DEFAULT_META_INSTRUCTION = (
@@ -168,16 +168,18 @@ class InternLM2Chat(HFChatModel):
     meta_instruction: str = DEFAULT_META_INSTRUCTION
 
     def __init__(self, path: str, device: str = "auto", dtype="auto", trust_remote_code: bool = False,
-                 reuse_cache: bool = True, meta_instruction: str = DEFAULT_META_INSTRUCTION, **generation_defaults):
+                 reuse_cache: bool = True, meta_instruction: str = DEFAULT_META_INSTRUCTION,
+                 max_batch: int = MAX_BATCH, kept_prefixes: int = KEPT_PREFIXES, **generation_defaults):
         if trust_remote_code:
             model, tokenizer = load_hf(path, device, dtype, trust_remote_code=True)
         else:
             model, tokenizer = load_internlm2(path, device, dtype)
         self.meta_instruction = meta_instruction
-        self._attach(model, tokenizer, reuse_cache, generation_defaults)
+        self._attach(model, tokenizer, reuse_cache, generation_defaults, max_batch, kept_prefixes)
 
-    def _attach(self, model, tokenizer, reuse_cache: bool, generation_defaults: dict) -> None:
-        super()._attach(model, tokenizer, reuse_cache, generation_defaults)
+    def _attach(self, model, tokenizer, reuse_cache: bool, generation_defaults: dict, max_batch: int = MAX_BATCH,
+                kept_prefixes: int = KEPT_PREFIXES) -> None:
+        super()._attach(model, tokenizer, reuse_cache, generation_defaults, max_batch, kept_prefixes)
         bos = tokenizer.bos_token_id
         self.add_bos = bos is not None and tokenizer("", add_special_tokens=True)["input_ids"][:1] == [bos]
 

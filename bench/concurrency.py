@@ -1,0 +1,112 @@
+"""Many agents on one local model: the recorded episodes replayed as N agents at once vs one after another.
+
+Each agent replays its own episode (all recorded episodes in order, cycled when N is larger: copies
+of one episode would share whole prompts) with its recorded replies forced
+token by token through `HFChatModel.generate`, so every run does the same work whatever the
+weights. Concurrently, the agents' decode steps share batched forward passes (llm/batching.py);
+sequentially they run one by one on the same model. Tokens processed are counted by the batcher
+(every token fed through the model, padding aside); the lower bound is each agent's final
+transcript, each token through the model once.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+from tinyagent import Agent, react
+from tinyagent.llm.base import BaseModel, Completion
+from tinyagent.llm.replay import ForceTokens, RecordedReply, reply_ids
+
+
+class ForcedReplies(BaseModel):
+    """The recorded replies forced through the model, one per call; safe to run beside other agents
+    (unlike `ReplayModel`, it counts no forward passes: hooks would count every agent's)."""
+
+    def __init__(self, model, replies: list[RecordedReply], max_new_tokens: int):
+        self.model, self.replies, self.max_new_tokens = model, list(replies), max_new_tokens
+        self.control_tokens = model.control_tokens
+        self.transcript_tokens = 0  # the latest prompt and its reply: the lower bound of this agent's run
+
+    def generate(self, messages, stop=None, **ignored) -> Completion:
+        reply = self.replies.pop(0)
+        prompt_text = self.model.render_prompt(messages)
+        prompt_ids = self.model.encode_prompt(prompt_text)
+        forced = reply_ids(self.model, prompt_text, prompt_ids, reply.text)
+        completion = self.model.generate(messages, stop=stop, max_new_tokens=self.max_new_tokens,
+                                         logits_processor=[ForceTokens(forced, self.model.end_token_ids)])
+        self.transcript_tokens = completion.prompt_tokens + len(forced)
+        return completion
+
+
+def run_agents(model, episodes: list, tools_of, agents: int, max_new_tokens: int, together: bool) -> dict:
+    """Replay `agents` episode runs, in threads started together or one after another; seconds and counts."""
+    # imported here, as episode_cost imports this module
+    from episode_cost import EpisodeError
+
+    model.reset_cache()
+    batcher = model._batcher
+    fed, shared = batcher.fed_tokens, batcher.prefixes.shared_tokens
+    runs = [episodes[i % len(episodes)] for i in range(agents)]
+    replays = [ForcedReplies(model, e.replies(), max_new_tokens) for e in runs]
+    results: list = [None] * agents
+
+    def run(i: int) -> None:
+        episode = runs[i]
+        agent = Agent(replays[i], tools_of(episode), lang=episode.lang, max_turns=len(episode.steps))
+        try:
+            results[i] = agent.run(episode.question)
+        except Exception as e:  # noqa: BLE001  (reported below)
+            results[i] = e
+
+    started = time.perf_counter()
+    if together:
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(agents)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    else:
+        for i in range(agents):
+            run(i)
+    seconds = time.perf_counter() - started
+    for episode, result in zip(runs, results):
+        if isinstance(result, Exception) or result.answer != episode.answer:
+            raise EpisodeError(f"episode {episode.id} did not replay as recorded ({'together' if together else 'alone'})"
+                               f": {result if isinstance(result, Exception) else repr(result.answer)}")
+    return {"seconds": round(seconds, 2), "tokens_processed": batcher.fed_tokens - fed,
+            "shared_prefix_tokens": batcher.prefixes.shared_tokens - shared,
+            "lower_bound_tokens": sum(r.transcript_tokens for r in replays)}
+
+
+def concurrency_report(model, episodes: list, tools_of, agents: int, max_new_tokens: int) -> dict:
+    """The `"concurrency"` entry of the benchmark's JSON: sequential vs concurrent on the same model."""
+    if model._batcher is None:
+        raise SystemExit("--concurrency: this model's cache cannot be batched (it has sliding-window or other "
+                         "layers that are not plain full attention); it runs one call at a time")
+    model.generate([{"role": "user", "content": "Hi"}], stop=react.STOP_WORDS, max_new_tokens=4)  # warm-up
+    alone = run_agents(model, episodes, tools_of, agents, max_new_tokens, together=False)
+    print(f"  {agents} agents one after another: {alone['seconds']} s", file=sys.stderr)
+    passes, stepped = model._batcher.passes, model._batcher.stepped
+    together = run_agents(model, episodes, tools_of, agents, max_new_tokens, together=True)
+    passes, stepped = model._batcher.passes - passes, model._batcher.stepped - stepped
+    print(f"  {agents} agents at once: {together['seconds']} s", file=sys.stderr)
+    return {"agents": agents, "episodes": sorted({e.id for e in episodes}),
+            "sequential_seconds": alone["seconds"], "concurrent_seconds": together["seconds"],
+            "speedup": round(alone["seconds"] / together["seconds"], 2),
+            "tokens_processed": together["tokens_processed"], "lower_bound_tokens": together["lower_bound_tokens"],
+            "processed_over_lower_bound": round(together["tokens_processed"] / together["lower_bound_tokens"], 3),
+            "shared_prefix_tokens": together["shared_prefix_tokens"],
+            "sequential_tokens_processed": alone["tokens_processed"], "batched_decode_passes": passes,
+            "max_batch": model._batcher.max_batch, "kept_prefixes": model._batcher.prefixes.size,
+            "mean_batch": round(stepped / passes, 2) if passes else None}
+
+
+def print_concurrency(c: dict) -> None:
+    print(f"\nConcurrency: {c['agents']} agents ({', '.join(c['episodes'])})\n"
+          f"  one after another {c['sequential_seconds']:8.2f} s   at once {c['concurrent_seconds']:8.2f} s   "
+          f"speedup {c['speedup']:.2f} (target >= 3: {'met' if c['speedup'] >= 3 else 'NOT met'})\n"
+          f"  tokens processed {c['tokens_processed']} / lower bound {c['lower_bound_tokens']} = "
+          f"{c['processed_over_lower_bound']:.3f} (target <= 1.1: "
+          f"{'met' if c['processed_over_lower_bound'] <= 1.1 else 'NOT met'}); "
+          f"{c['shared_prefix_tokens']} prompt tokens copied from another agent's kept cache")

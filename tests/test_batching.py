@@ -1,0 +1,288 @@
+"""Continuous batching (llm/batching.py): concurrent calls on one tiny model decode together and give
+exactly what each gives alone; requests join mid-decode, leave on their own, fail on their own, and
+stream their own text; each conversation keeps its cache.
+
+In float32: a row's logits in a padded batch differ from its logits alone by ~2e-7 here (the
+batched matrix products round differently), far below the gap between the best two tokens. In
+bfloat16 they differ by up to one bfloat16 step, which can flip a near tie (see README).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+import torch
+from tiny_models import build_tiny_model
+
+from tinyagent import Agent, react
+from tinyagent.llm.hf import HFChatModel
+from tinyagent.llm.prefix_cache import common_prefix_length
+from tinyagent.tools import Calculator
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+TOOLS = [Calculator()]
+# A short system prompt: after the whole ReAct prompt the tiny random model says the same whatever the question.
+SYSTEM = "Answer with tools."
+QUESTIONS = ["What is 12 times 6?", "How old is the universe?", "计算 3 加 4", "Who wrote Hamlet, and when?",
+             "What is 2 to the power of 10?", "Name a prime number above 100."]
+
+
+@pytest.fixture(scope="module")
+def alone(tiny_llama_dir):
+    """The one-at-a-time model: every call behind a lock, one kept cache. In float32 (see the module docstring)."""
+    return HFChatModel(tiny_llama_dir, max_batch=1, dtype="float32")
+
+
+@pytest.fixture
+def batched(alone):
+    """The same weights with batching on (a fresh batcher and kept caches per test)."""
+    return HFChatModel.from_model(alone.model, alone.tokenizer, max_batch=8)
+
+
+class PassSizes:
+    """Records the batch size of every one-token forward pass of the weights (a torch forward hook)."""
+
+    def __init__(self, model: HFChatModel):
+        self.sizes: list[int] = []
+        self.handle = model.model.register_forward_pre_hook(self._before, with_kwargs=True)
+
+    def _before(self, module, args, kwargs) -> None:
+        ids = kwargs["input_ids"]
+        if ids.shape[1] == 1:
+            self.sizes.append(int(ids.shape[0]))
+
+    def close(self) -> list[int]:
+        self.handle.remove()
+        return self.sizes
+
+
+def conversation(question: str, scratchpad: str = "") -> list[dict]:
+    out = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+    return out + ([{"role": "assistant", "content": scratchpad}] if scratchpad else [])
+
+
+def in_threads(calls: list) -> list:
+    """Run each zero-argument callable in its own thread, started together; their results (or exceptions)."""
+    results: list = [None] * len(calls)
+    start = threading.Barrier(len(calls))
+
+    def run(i: int) -> None:
+        start.wait()
+        try:
+            results[i] = calls[i]()
+        except Exception as e:  # noqa: BLE001  (compared by the test)
+            results[i] = e
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+        assert not t.is_alive(), "a call never returned"
+    return results
+
+
+def wait_until(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.001)
+
+
+def steps_of(result) -> list[tuple]:
+    return [(s.text, s.kind, s.observation) for s in result.steps] + [(result.answer, result.stop_reason)]
+
+
+@pytest.mark.parametrize("constrained", [False, True], ids=["free", "constrained"])
+def test_concurrent_agents_give_exactly_their_tokens_alone(alone, batched, constrained):
+    if constrained:
+        pytest.importorskip("outlines_core")
+
+    def agent(model):
+        return Agent(model, TOOLS, max_turns=3, max_new_tokens=24, constrained=constrained, system_prompt=SYSTEM)
+
+    expected = [steps_of(agent(alone).run(q)) for q in QUESTIONS]
+    sizes = PassSizes(batched)
+    got = in_threads([lambda q=q: steps_of(agent(batched).run(q)) for q in QUESTIONS])
+    assert got == expected
+    assert len({str(steps) for steps in expected}) > 3  # the agents did different things
+    assert max(sizes.close()) > 1  # the agents really shared forward passes
+
+
+def test_stop_strings_end_each_request_on_its_own(alone, batched):
+    prompts = [conversation(q) for q in QUESTIONS]
+    free = [str(alone.generate(p, max_new_tokens=30)) for p in prompts]
+    stops = [[text[3 + 4 * i: 5 + 4 * i]] for i, text in enumerate(free)]  # met after a different number of tokens
+    expected = [alone.generate(p, stop=s, max_new_tokens=30) for p, s in zip(prompts, stops)]
+    got = in_threads([lambda p=p, s=s: batched.generate(p, stop=s, max_new_tokens=30) for p, s in zip(prompts, stops)])
+    assert [str(g) for g in got] == [str(e) for e in expected]
+    assert [g.completion_tokens for g in got] == [e.completion_tokens for e in expected]
+    assert len({e.completion_tokens for e in expected}) > 3
+
+
+def test_streamed_text_equals_returned_text_per_request(batched):
+    chunks: list[list[str]] = [[] for _ in QUESTIONS]
+    got = in_threads([lambda i=i: batched.generate(conversation(QUESTIONS[i]), stop=react.STOP_WORDS,
+                                                   max_new_tokens=30, on_text=chunks[i].append)
+                      for i in range(len(QUESTIONS))])
+    for text, pieces in zip(got, chunks):
+        assert "".join(pieces) == str(text) and len(pieces) > 1
+    streamed = in_threads([lambda i=i: "".join(batched.stream(conversation(QUESTIONS[i]), stop=react.STOP_WORDS,
+                                                              max_new_tokens=30)) for i in range(len(QUESTIONS))])
+    assert streamed == [str(g) for g in got]
+
+
+def test_a_request_that_raises_does_not_disturb_the_others(alone, batched):
+    def boom_at(step: int):
+        calls = iter(range(10**6))
+
+        def boom(input_ids, scores):
+            if next(calls) == step:
+                raise RuntimeError("processor failed")
+            return scores
+        return boom
+
+    prompts = [conversation(q) for q in QUESTIONS[:4]]
+    expected = [str(alone.generate(p, max_new_tokens=20)) for p in prompts]
+    got = in_threads([lambda p=p, i=i: batched.generate(p, max_new_tokens=20,
+                                                        logits_processor=[boom_at(3)] if i == 1 else None)
+                      for i, p in enumerate(prompts)])
+    assert isinstance(got[1], RuntimeError) and "processor failed" in str(got[1])
+    assert [str(g) for i, g in enumerate(got) if i != 1] == [e for i, e in enumerate(expected) if i != 1]
+    assert str(batched.generate(prompts[1], max_new_tokens=20)) == expected[1]  # and nothing is poisoned
+
+
+def test_a_request_joins_mid_decode_and_leaves_without_stopping_the_others(alone, batched):
+    long, short = conversation(QUESTIONS[0]), conversation(QUESTIONS[1])
+    expected_long = str(alone.generate(long, max_new_tokens=20))
+    expected_short = str(alone.generate(short, max_new_tokens=4))
+    results: dict[str, str] = {}
+    joined = threading.Event()
+
+    def submit_short_at_step_5(input_ids, scores):
+        if not joined.is_set() and input_ids.shape[1] - len(alone.encode_prompt(alone.render_prompt(long))) == 5:
+            joined.set()
+            waiter = threading.Thread(target=lambda: results.update(short=str(batched.generate(short, max_new_tokens=4))))
+            waiter.start()
+            wait_until(lambda: batched._batcher._waiting)  # queued before this step's token is chosen
+        return scores
+
+    sizes = PassSizes(batched)
+    results["long"] = str(batched.generate(long, max_new_tokens=20, logits_processor=[submit_short_at_step_5]))
+    wait_until(lambda: "short" in results)
+    assert results == {"long": expected_long, "short": expected_short}
+    # 5 passes alone, the short request's 3 decode passes together, then the long one alone again
+    assert sizes.close() == [1] * 5 + [2] * 3 + [1] * 11
+
+
+def test_each_conversation_keeps_its_cache_between_steps(alone, batched):
+    first = in_threads([lambda q=q: batched.generate(conversation(q), stop=react.STOP_WORDS, max_new_tokens=12)
+                        for q in QUESTIONS[:3]])
+    follow = [conversation(q, f"{r}\nObservation: 7\n") for q, r in zip(QUESTIONS[:3], first)]
+    second = in_threads([lambda m=m: batched.generate(m, stop=react.STOP_WORDS, max_new_tokens=12) for m in follow])
+    for m, prev, out in zip(follow, first, second):
+        assert out.cached_tokens >= prev.prompt_tokens  # the whole earlier prompt came from its own kept cache
+        assert str(out) == str(alone.generate(m, stop=react.STOP_WORDS, max_new_tokens=12))
+    assert len(batched._batcher.prefixes) == 3
+
+
+def test_kept_caches_are_bounded_and_a_shared_start_is_copied_not_taken(alone):
+    model = HFChatModel.from_model(alone.model, alone.tokenizer, max_batch=4, kept_prefixes=2)
+    for q in QUESTIONS[:4]:
+        model.generate(conversation(q), max_new_tokens=30)
+    assert len(model._batcher.prefixes) == 2
+    ids = [alone.encode_prompt(alone.render_prompt(conversation(q))) for q in QUESTIONS]
+    shared = max(common_prefix_length(ids[5], ids[i]) for i in (2, 3))  # the two kept are the latest
+    assert shared > 5  # the system prompt
+    before = model._batcher.prefixes.shared_tokens
+    out = model.generate(conversation(QUESTIONS[5]), max_new_tokens=30)
+    assert out.cached_tokens == model._batcher.prefixes.shared_tokens - before == shared
+    assert len(model._batcher.prefixes) == 2
+
+
+def test_sampling_requests_do_not_change_greedy_neighbours(alone, batched):
+    prompts = [conversation(q) for q in QUESTIONS[:4]]
+    expected = [str(alone.generate(p, max_new_tokens=16)) for p in prompts[::2]]
+    torch.manual_seed(0)
+    got = in_threads([lambda i=i: batched.generate(prompts[i], max_new_tokens=16, temperature=1.0 if i % 2 else None)
+                      for i in range(4)])
+    assert [str(g) for g in got[::2]] == expected
+
+
+def test_sliding_window_models_keep_the_one_at_a_time_path(tmp_path):
+    model = HFChatModel(str(build_tiny_model("mistral", tmp_path)), max_batch=8, dtype="float32")
+    assert model._batcher is None
+    reference = HFChatModel.from_model(model.model, model.tokenizer, max_batch=1, reuse_cache=False)
+    got = in_threads([lambda q=q: str(model.generate(conversation(q), max_new_tokens=8)) for q in QUESTIONS[:3]])
+    assert got == [str(reference.generate(conversation(q), max_new_tokens=8)) for q in QUESTIONS[:3]]
+
+
+def test_agents_arriving_together_compute_their_shared_system_prompt_once(alone, batched):
+    long = [[{"role": "system", "content": react.build_system_prompt(TOOLS)}, {"role": "user", "content": q}]
+            for q in QUESTIONS[:4]]
+    results: dict[int, object] = {}
+
+    held = threading.Event()
+
+    def hold_until_three_wait(input_ids, scores):
+        if not held.is_set():  # at the first token only: the three others then join in one admission
+            wait_until(lambda: len(batched._batcher._waiting) == 3)
+            held.set()
+        return scores
+
+    def call(i: int):
+        processors = [hold_until_three_wait] if i == 0 else None
+        results[i] = batched.generate(long[i], max_new_tokens=3, logits_processor=processors)
+
+    first = threading.Thread(target=call, args=(0,))
+    first.start()
+    wait_until(lambda: batched._batcher._rows or batched._batcher._worker is not None and not batched._batcher._waiting)
+    in_threads([lambda i=i: call(i) for i in (1, 2, 3)])
+    first.join(timeout=300)
+    assert [str(results[i]) for i in range(4)] == [str(alone.generate(m, max_new_tokens=3)) for m in long]
+    cached = sorted(results[i].cached_tokens for i in (1, 2, 3))  # admitted in the order they queued
+    assert results[0].cached_tokens == cached[0] == 0 and cached[1] > 100  # the system prompt, copied from the first
+
+
+def test_local_models_are_evaluated_eight_at_a_time(tmp_path, monkeypatch, scripted):
+    import json
+
+    from tinyagent import eval as ev
+
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text("".join(json.dumps({"id": str(i), "question": f"What is {i} + 1?", "answer": i + 1}) + "\n" for i in range(3)))
+    monkeypatch.setattr("tinyagent.config.build_model", lambda cfg: scripted(["Final Answer: 1"] * 3))
+    code = ev.main(["--suite", str(suite), "--tools", "", "--out", str(tmp_path / "out")])
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))
+    assert code == 0 and summary["run"]["backend"] == "embedded" and summary["run"]["concurrency"] == 8
+
+
+def test_an_abandoned_stream_leaves_the_batch(alone, batched):
+    first = batched.stream(conversation(QUESTIONS[0]), max_new_tokens=400)
+    next(first)
+    first.close()  # returns once the request has ended (stream_in_thread joins its worker)
+    wait_until(lambda: batched._batcher._worker is None)  # nothing left decoding
+    assert batched._batcher.passes < 10  # it ended within a few tokens, not at 400
+    assert str(batched.generate(conversation(QUESTIONS[1]), max_new_tokens=8)) == str(
+        alone.generate(conversation(QUESTIONS[1]), max_new_tokens=8))
+
+
+def test_a_request_past_the_dynamic_rope_length_runs_alone(tmp_path):
+    from test_internlm2 import VARIANTS, write_internlm2
+
+    from tinyagent.llm.internlm2 import InternLM2Chat
+
+    write_internlm2(tmp_path, **VARIANTS["gqa-dynamic-safetensors"], max_pos=128)
+    model = InternLM2Chat(str(tmp_path), device="cpu", dtype="float32")
+    assert model._batcher is not None and model._batcher.rope_limit == 128
+    reference = InternLM2Chat.from_model(model.model, model.tokenizer, reuse_cache=False, max_batch=1)
+    prompts = [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}]
+               for q in [*QUESTIONS[:3], "What is 12 times 6? " * 40]]  # the last one passes 128: NTK rescales
+    assert model.count_tokens(prompts[-1]) > 128 > max(model.count_tokens(p) for p in prompts[:3]) + 6
+    sizes = PassSizes(model)
+    got = in_threads([lambda p=p: str(model.generate(p, max_new_tokens=6)) for p in prompts])
+    assert got == [str(reference.generate(p, max_new_tokens=6)) for p in prompts]
+    assert max(sizes.close()) > 1  # the short ones were batched
