@@ -286,3 +286,37 @@ def test_a_request_past_the_dynamic_rope_length_runs_alone(tmp_path):
     got = in_threads([lambda p=p: str(model.generate(p, max_new_tokens=6)) for p in prompts])
     assert got == [str(reference.generate(p, max_new_tokens=6)) for p in prompts]
     assert max(sizes.close()) > 1  # the short ones were batched
+
+
+def test_close_ends_the_worker_after_its_pass_and_fails_the_waiting_call(batched):
+    """What runs at exit: a worker still inside torch when Python tears down can abort the process."""
+    started, release = threading.Event(), threading.Event()
+
+    class Hold:
+        def __call__(self, input_ids, scores):
+            started.set()
+            release.wait(30)
+            return scores
+
+    outcome: dict = {}
+
+    def call() -> None:
+        try:
+            outcome["reply"] = batched.generate(conversation(QUESTIONS[0]), max_new_tokens=200, logits_processor=[Hold()])
+        except Exception as e:  # noqa: BLE001 - the test inspects it
+            outcome["error"] = e
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    assert started.wait(60)
+    worker = batched._batcher._worker
+    closer = threading.Thread(target=batched._batcher.close)
+    closer.start()
+    deadline = time.monotonic() + 30
+    while not batched._batcher._closing and time.monotonic() < deadline:  # close() has asked before the pass ends
+        threading.Event().wait(0.01)
+    release.set()
+    closer.join(60)
+    caller.join(60)
+    assert not worker.is_alive() and batched._batcher._worker is None
+    assert "shutting down" in str(outcome.get("error"))

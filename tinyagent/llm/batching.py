@@ -23,8 +23,10 @@ hashing full blocks of a paged cache rather than keeping each conversation's cac
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
+import weakref
 from dataclasses import dataclass, field
 
 from .kept_prefixes import KeptPrefixes
@@ -84,6 +86,16 @@ class Batcher:
         self.passes = 0         # batched decode passes
         self.prefilled = 0      # prompt tokens fed (not taken from a kept cache)
         self.stepped = 0        # rows of the decode passes: one fed token each
+        self._closing = False
+        _batchers.add(self)
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Stop the worker after its current pass (waiting calls get an error) and wait for it: a
+        thread still inside torch when Python exits can abort the process."""
+        with self._cond:
+            self._closing, worker = True, self._worker
+        if worker is not None and worker is not threading.current_thread():
+            worker.join(timeout)
 
     @property
     def fed_tokens(self) -> int:
@@ -110,6 +122,13 @@ class Batcher:
 
         while True:
             with self._cond:
+                if self._closing:
+                    for r in [*self._waiting, *self._rows]:
+                        if not r.done.is_set():
+                            self._finish(r, RuntimeError("the model is shutting down"))
+                    self._waiting, self._rows, self._cache, self._mask, self._lengths = [], [], None, None, []
+                    self._worker = None
+                    return
                 admitted = self._admit()
                 if not admitted and not self._rows:
                     self._worker = None
@@ -289,3 +308,13 @@ def _row_cache(cache, row: int, padding: int, config):
         single.update(layer.keys[row:row + 1, :, padding:].clone(), layer.values[row:row + 1, :, padding:].clone(),
                       index)
     return single
+
+
+_batchers: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    """At exit, let every worker finish its pass before Python tears down (see `Batcher.close`)."""
+    for batcher in list(_batchers):
+        batcher.close(timeout=10.0)
