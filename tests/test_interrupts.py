@@ -23,6 +23,16 @@ def start_cli(args, tmp_path):
                             env=env)
 
 
+def communicate_or_kill(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """proc.communicate, killing the process when it does not end in time (the test fails, nothing is left)."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+
+
 def wait_for(predicate, timeout=60.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -45,7 +55,7 @@ def test_ctrl_c_during_generation(tmp_path, command):
         assert wait_for(lambda: stub.chat_requests >= 2), "the second model call never started"
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=20)
+        out, err = communicate_or_kill(proc, timeout=20)
         stopped_after = time.monotonic() - sent
     assert proc.returncode == 130, err
     assert stopped_after < 10  # promptly: not after the 30 s the server would take

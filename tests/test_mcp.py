@@ -281,7 +281,12 @@ def test_ctrl_c_during_a_call_leaves_no_server_process(body):
     pid = int(proc.stdout.readline())
     assert running(pid)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # fail, but leave no process behind
+        proc.kill()
+        proc.communicate()
+        raise
     assert "KeyboardInterrupt" in err
     assert not running(pid)
 

@@ -258,7 +258,12 @@ def running(command: list[str], env: dict | None = None):
                 break
     finally:
         process.send_signal(signal.SIGINT)
-        process.wait(timeout=60)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # fail, but leave no server behind
+            process.kill()
+            process.wait()
+            raise
 
 
 def test_tinyagent_web_serves_the_configured_model_until_ctrl_c():
