@@ -1,11 +1,20 @@
 """Shared test fixtures. Model fixtures that need torch live further down and import it lazily."""
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from tinyagent import BaseModel, Completion
 from tinyagent.llm import trim_at_stop
 from tinyagent.trace import secret_scope
+
+
+# A shell without job control starts background commands with SIGINT ignored, and an ignored signal
+# stays ignored in every child: the Ctrl-C tests' processes would never see their SIGINT. Catching it
+# here gives the children the default disposition back (a handler, unlike "ignore", is reset by exec).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
