@@ -140,23 +140,37 @@ def _candidates(text: str):
                 yield c
 
 
+class _Unquoted:
+    """Iterates (index, character) over `text` from `start`, skipping quoted strings (JSON or json5
+    quotes, with backslash escapes); afterwards `quote` is the quote still open ('' when none)."""
+
+    def __init__(self, text: str, start: int = 0):
+        self.text, self.start, self.quote = text, start, ""
+
+    def __iter__(self):
+        escaped = False
+        for i in range(self.start, len(self.text)):
+            ch = self.text[i]
+            if self.quote:
+                if escaped:
+                    escaped = False
+                elif ch == "\\":
+                    escaped = True
+                elif ch == self.quote:
+                    self.quote = ""
+            elif ch in "\"'":
+                self.quote = ch
+            else:
+                yield i, ch
+
+
 def balanced_object(text: str, start: int) -> str | None:
     """The substring from `start` ('{') to its matching '}', respecting quoted strings."""
     if start < 0:
         return None
-    depth, quote, escaped = 0, "", False
-    for i in range(start, len(text)):
-        ch = text[i]
-        if quote:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == quote:
-                quote = ""
-        elif ch in "\"'":
-            quote = ch
-        elif ch == "{":
+    depth = 0
+    for i, ch in _Unquoted(text, start):
+        if ch == "{":
             depth += 1
         elif ch == "}":
             depth -= 1
@@ -167,18 +181,9 @@ def balanced_object(text: str, start: int) -> str | None:
 
 def _closed(text: str) -> str | None:
     """`text` (an object cut short) with its open string and brackets closed, or None."""
-    stack, quote, escaped = [], "", False
-    for ch in text:
-        if quote:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == quote:
-                quote = ""
-        elif ch in "\"'":
-            quote = ch
-        elif ch in "{[":
+    stack, scan = [], _Unquoted(text)
+    for _, ch in scan:
+        if ch in "{[":
             stack.append("}" if ch == "{" else "]")
         elif ch in "}]":
             if not stack:
@@ -186,7 +191,7 @@ def _closed(text: str) -> str | None:
             stack.pop()
     if not stack or len(stack) > 8:
         return None
-    return text.rstrip().rstrip(",") + quote + "".join(reversed(stack))
+    return text.rstrip().rstrip(",") + scan.quote + "".join(reversed(stack))
 
 
 # --- the form to copy ----------------------------------------------------------------------
