@@ -86,17 +86,18 @@ def cut_at_observation(text: str) -> str:
 def read_step(reply: str, tools=(), lang: str = "en") -> Reading:
     """Resolve a reply against `tools` (objects with name_for_model, human_name, parameters)."""
     tools = list(tools)
-    visible = mask_thinking(cut_at_observation(reply))
+    cut = cut_at_observation(reply)
+    visible = mask_thinking(cut)
     if not visible.strip():
         if reply.strip():
-            return _error("malformed", cut_at_observation(reply).rstrip(), "your reply had reasoning but no step after it. "
+            return _error("malformed", cut.rstrip(), "your reply had reasoning but no step after it. "
                           "After </think>, write Thought, then Action and Action Input, or Final Answer", tools)
         return _error("empty", "", "your reply was empty. Write Thought, then Action and Action Input, "
                       "or the Final Answer", tools)
-    cut = reply[: len(visible)]
-    thought = _thought(visible)
     final, action, given = FINAL.search(visible), ACTION.search(visible), ACTION_INPUT.search(visible)
     blob_at = _blob_start(visible)
+    thought = _thought(visible, min([m.start() for m in (action, given, final) if m]
+                                    + ([blob_at] if blob_at is not None else []), default=len(visible)))
     first_call = min((m.start() for m in (action, given) if m), default=None)
     if blob_at is not None and (first_call is None or blob_at < first_call) and not action:
         first_call = blob_at
@@ -131,10 +132,9 @@ def _until_next_label(text: str, start: int) -> str:
     return text[start: m.start() if m else len(text)].strip()
 
 
-def _thought(visible: str) -> str:
-    ends = [m.start() for m in (ACTION.search(visible), ACTION_INPUT.search(visible), FINAL.search(visible)) if m]
-    blob = _blob_start(visible)
-    head = visible[: min(ends + ([blob] if blob is not None else []), default=len(visible))]
+def _thought(visible: str, end: int) -> str:
+    """The reasoning before `end` (where the action or answer begins), without its `Thought:` label."""
+    head = visible[:end]
     m = THOUGHT.search(head)
     return (head[m.end():] if m else head).strip()
 
