@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import logging
 import threading
@@ -397,16 +398,17 @@ class _ModelFailed(Exception):
 
 
 def _check_generate_keywords(model: BaseModel, kwargs: dict) -> None:
-    """Refuse generation keywords the model does not take (a typo such as `max_turn=3`)."""
+    """Refuse generation keywords the model does not take (a typo such as `max_turn=3`), naming the
+    Agent's own arguments (from its signature) and the model's generation options."""
     options = getattr(model, "generation_options", None)
     if options is None:
         return
     unknown = sorted(set(kwargs) - set(options) - BaseModel.AGENT_OPTIONS)
     if unknown:
-        agent_args = "lang, max_turns, system_prompt, examples, max_observation_chars, llm_fallback, " \
-                     "distill_observations, distill_threshold, constrained, tool_timeout, on_step, on_text"
-        raise TypeError(f"unknown keyword argument(s) {', '.join(unknown)}: Agent takes {agent_args}, and "
-                        f"{type(model).__name__} generation options {', '.join(sorted(options))}")
+        agent_args = [p.name for p in inspect.signature(Agent.__init__).parameters.values()
+                      if p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in ("self", "model", "tools")]
+        raise TypeError(f"unknown keyword argument(s) {', '.join(unknown)}: Agent takes {', '.join(agent_args)}, "
+                        f"and {type(model).__name__} generation options {', '.join(sorted(options))}")
 
 
 def _same_call(step: Step, previous: list[Step]) -> Step | None:
