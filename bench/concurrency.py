@@ -27,6 +27,7 @@ class ForcedReplies(BaseModel):
         self.model, self.replies, self.max_new_tokens = model, list(replies), max_new_tokens
         self.control_tokens = model.control_tokens
         self.transcript_tokens = 0  # the latest prompt and its reply: the lower bound of this agent's run
+        self.decoded = 0            # reply tokens of all its calls: one forward pass each, one after another
 
     def generate(self, messages, stop=None, **ignored) -> Completion:
         reply = self.replies.pop(0)
@@ -36,6 +37,7 @@ class ForcedReplies(BaseModel):
         completion = self.model.generate(messages, stop=stop, max_new_tokens=self.max_new_tokens,
                                          logits_processor=[ForceTokens(forced, self.model.end_token_ids)])
         self.transcript_tokens = completion.prompt_tokens + len(forced)
+        self.decoded += completion.completion_tokens
         return completion
 
 
@@ -76,7 +78,8 @@ def run_agents(model, episodes: list, tools_of, agents: int, max_new_tokens: int
                                f": {result if isinstance(result, Exception) else repr(result.answer)}")
     return {"seconds": round(seconds, 2), "tokens_processed": batcher.fed_tokens - fed,
             "shared_prefix_tokens": batcher.prefixes.shared_tokens - shared,
-            "lower_bound_tokens": sum(r.transcript_tokens for r in replays)}
+            "lower_bound_tokens": sum(r.transcript_tokens for r in replays),
+            "decoded": sum(r.decoded for r in replays), "longest_agent_decoded": max(r.decoded for r in replays)}
 
 
 def concurrency_report(model, episodes: list, tools_of, agents: int, max_new_tokens: int) -> dict:
@@ -91,7 +94,7 @@ def concurrency_report(model, episodes: list, tools_of, agents: int, max_new_tok
     together = run_agents(model, episodes, tools_of, agents, max_new_tokens, together=True)
     passes, stepped = model._batcher.passes - passes, model._batcher.stepped - stepped
     print(f"  {agents} agents at once: {together['seconds']} s", file=sys.stderr)
-    return {"agents": agents, "episodes": sorted({e.id for e in episodes}),
+    return {"agents": agents, "episodes": sorted({episodes[i % len(episodes)].id for i in range(agents)}),
             "sequential_seconds": alone["seconds"], "concurrent_seconds": together["seconds"],
             "speedup": round(alone["seconds"] / together["seconds"], 2),
             "tokens_processed": together["tokens_processed"], "lower_bound_tokens": together["lower_bound_tokens"],
@@ -99,7 +102,9 @@ def concurrency_report(model, episodes: list, tools_of, agents: int, max_new_tok
             "shared_prefix_tokens": together["shared_prefix_tokens"],
             "sequential_tokens_processed": alone["tokens_processed"], "batched_decode_passes": passes,
             "max_batch": model._batcher.max_batch, "kept_prefixes": model._batcher.prefixes.size,
-            "mean_batch": round(stepped / passes, 2) if passes else None}
+            "mean_batch": round(stepped / passes, 2) if passes else None,
+            # every agent decodes its replies one token per pass, so no schedule needs fewer passes than this
+            "longest_agent_decoded": together["longest_agent_decoded"], "decoded": together["decoded"]}
 
 
 def print_concurrency(c: dict) -> None:
@@ -109,4 +114,7 @@ def print_concurrency(c: dict) -> None:
           f"  tokens processed {c['tokens_processed']} / lower bound {c['lower_bound_tokens']} = "
           f"{c['processed_over_lower_bound']:.3f} (target <= 1.1: "
           f"{'met' if c['processed_over_lower_bound'] <= 1.1 else 'NOT met'}); "
-          f"{c['shared_prefix_tokens']} prompt tokens copied from another agent's kept cache")
+          f"{c['shared_prefix_tokens']} prompt tokens copied from another agent's kept cache\n"
+          f"  {c['batched_decode_passes']} decode passes, {c['mean_batch']} agents each on average; the agent with the "
+          f"most reply tokens decoded {c['longest_agent_decoded']} of {c['decoded']}, so no schedule takes fewer "
+          f"than {c['longest_agent_decoded']} passes")

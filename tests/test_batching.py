@@ -17,6 +17,7 @@ import torch
 from tiny_models import build_tiny_model
 
 from tinyagent import Agent, react
+from tinyagent.llm import packed
 from tinyagent.llm.hf import HFChatModel
 from tinyagent.llm.prefix_cache import common_prefix_length
 from tinyagent.tools import Calculator
@@ -43,16 +44,22 @@ def batched(alone):
 
 
 class PassSizes:
-    """Records the batch size of every one-token forward pass of the weights (a torch forward hook)."""
+    """Records, for every forward pass of the weights that fed decoding requests, how many it fed (the
+    packed pass the batcher is running, read by a torch forward hook); `mixed` lists the passes that
+    also fed prompt tokens."""
 
     def __init__(self, model: HFChatModel):
         self.sizes: list[int] = []
-        self.handle = model.model.register_forward_pre_hook(self._before, with_kwargs=True)
+        self.mixed: list[int] = []
+        self.handle = model.model.register_forward_pre_hook(self._before)
 
-    def _before(self, module, args, kwargs) -> None:
-        ids = kwargs["input_ids"]
-        if ids.shape[1] == 1:
-            self.sizes.append(int(ids.shape[0]))
+    def _before(self, module, args) -> None:
+        segments = packed.current_pass().segments if packed.current_pass() else []  # not the batcher's: none
+        decoding = sum(s.decoding for s in segments)
+        if decoding:
+            if decoding < len(segments):
+                self.mixed.append(len(self.sizes))
+            self.sizes.append(decoding)
 
     def close(self) -> list[int]:
         self.handle.remove()
@@ -174,8 +181,23 @@ def test_a_request_joins_mid_decode_and_leaves_without_stopping_the_others(alone
     results["long"] = str(batched.generate(long, max_new_tokens=20, logits_processor=[submit_short_at_step_5]))
     wait_until(lambda: "short" in results)
     assert results == {"long": expected_long, "short": expected_short}
-    # 5 passes alone, the short request's 3 decode passes together, then the long one alone again
-    assert sizes.close() == [1] * 5 + [2] * 3 + [1] * 11
+    # 5 passes alone, the short request's prompt with the 6th, its 3 decode steps together, then alone again
+    assert sizes.close() == [1] * 6 + [2] * 3 + [1] * 10 and sizes.mixed == [5]
+
+
+def test_prompts_prefill_in_chunks_beside_the_others_decoding(alone, batched, monkeypatch):
+    """Small chunks: a long prompt goes in over many passes, each also feeding the decoding requests."""
+    from tinyagent.llm import batching
+
+    monkeypatch.setattr(batching, "PREFILL_CHUNK", 5)
+    monkeypatch.setattr(batching, "PREFILL_MAX", 23)
+    prompts = [conversation(q) for q in QUESTIONS]
+    assert min(alone.count_tokens(p) for p in prompts) > 23  # every prompt takes several passes
+    expected = [str(alone.generate(p, max_new_tokens=12)) for p in prompts]
+    sizes = PassSizes(batched)
+    got = in_threads([lambda p=p: str(batched.generate(p, max_new_tokens=12)) for p in prompts])
+    assert got == expected
+    assert len(sizes.mixed) > 3 and max(sizes.close()) > 1
 
 
 def test_each_conversation_keeps_its_cache_between_steps(alone, batched):
@@ -223,28 +245,15 @@ def test_sliding_window_models_keep_the_one_at_a_time_path(tmp_path):
 def test_agents_arriving_together_compute_their_shared_system_prompt_once(alone, batched):
     long = [[{"role": "system", "content": react.build_system_prompt(TOOLS)}, {"role": "user", "content": q}]
             for q in QUESTIONS[:4]]
-    results: dict[int, object] = {}
-
-    held = threading.Event()
-
-    def hold_until_three_wait(input_ids, scores):
-        if not held.is_set():  # at the first token only: the three others then join in one admission
-            wait_until(lambda: len(batched._batcher._waiting) == 3)
-            held.set()
-        return scores
-
-    def call(i: int):
-        processors = [hold_until_three_wait] if i == 0 else None
-        results[i] = batched.generate(long[i], max_new_tokens=3, logits_processor=processors)
-
-    first = threading.Thread(target=call, args=(0,))
-    first.start()
-    wait_until(lambda: batched._batcher._rows or batched._batcher._worker is not None and not batched._batcher._waiting)
-    in_threads([lambda i=i: call(i) for i in (1, 2, 3)])
-    first.join(timeout=300)
-    assert [str(results[i]) for i in range(4)] == [str(alone.generate(m, max_new_tokens=3)) for m in long]
-    cached = sorted(results[i].cached_tokens for i in (1, 2, 3))  # admitted in the order they queued
-    assert results[0].cached_tokens == cached[0] == 0 and cached[1] > 100  # the system prompt, copied from the first
+    ids = [alone.encode_prompt(alone.render_prompt(m)) for m in long]
+    shared = min(common_prefix_length(ids[0], i) for i in ids[1:])
+    assert shared > 100  # the system prompt
+    got = in_threads([lambda m=m: batched.generate(m, max_new_tokens=3) for m in long])
+    assert [str(g) for g in got] == [str(alone.generate(m, max_new_tokens=3)) for m in long]
+    # whichever started first computed the start; the others waited for it and copied it
+    assert sorted(g.cached_tokens >= shared for g in got) == [False, True, True, True]
+    fed = sum(len(i) - g.cached_tokens + g.completion_tokens - 1 for i, g in zip(ids, got))  # the last token is never fed
+    assert batched._batcher.fed_tokens == fed
 
 
 def test_local_models_are_evaluated_eight_at_a_time(tmp_path, monkeypatch, scripted):

@@ -199,19 +199,21 @@ def test_build_model_maps_each_backend(monkeypatch, tmp_path, caplog):
         monkeypatch.setitem(vars(llm), name, Recorder)
     Recorder.made = []
     gen = {"max_new_tokens": 64, "temperature": 0.0, "top_p": 1.0}
+    local = {"max_batch": 8, "kept_prefixes": 16}
     config.build_model(load_config(None, {"generation.max_new_tokens": 64}))
-    assert Recorder.made[-1] == ((), {"dtype": "auto", **gen})
-    config.build_model(load_config(None, {"generation.max_new_tokens": 64, "model.device": "cuda"}))
-    assert Recorder.made[-1] == ((), {"device": "cuda", "dtype": "auto", **gen})
+    assert Recorder.made[-1] == ((), {"dtype": "auto", **local, **gen})
+    config.build_model(load_config(None, {"generation.max_new_tokens": 64, "model.device": "cuda",
+                                          "model.max_batch": 32, "model.kept_prefixes": 64}))
+    assert Recorder.made[-1] == ((), {"device": "cuda", "dtype": "auto", "max_batch": 32, "kept_prefixes": 64, **gen})
     config.build_model(load_config(None, {"model.backend": "hf", "model.path": "org/m", "model.gguf_file": "m.gguf",
                                           "model.device": "cpu", "generation.max_new_tokens": 64}))
     assert Recorder.made[-1] == (("org/m",), {"device": "cpu", "dtype": "auto", "gguf_file": "m.gguf",
-                                               "trust_remote_code": False, **gen})
+                                               "trust_remote_code": False, **local, **gen})
     with caplog.at_level(logging.WARNING, logger="tinyagent"):
         config.build_model(load_config(ROOT / "configs" / "internlm2-chat-1_8b.yaml",
                                        {"model.trust_remote_code": True, "generation.max_new_tokens": 64}))
     assert Recorder.made[-1] == (("internlm/internlm2-chat-1_8b",), {"device": "auto", "dtype": "auto",
-                                                                      "trust_remote_code": True, **gen})
+                                                                      "trust_remote_code": True, **local, **gen})
     warning = " ".join(r.getMessage() for r in caplog.records)
     assert "trust_remote_code" in warning and "code from that model repository will run on this machine" in warning
 
@@ -288,3 +290,11 @@ def test_reply_repetition_settings_are_checked_and_passed_only_when_set():
     for key, bad in (("repetition_penalty", 0.5), ("no_repeat_ngram_size", 0), ("max_line_tokens", 0)):
         with pytest.raises(ConfigError, match=f"generation.{key}: must be at least 1"):
             load_config(None, {f"generation.{key}": bad})
+
+
+def test_batching_settings_are_checked():
+    assert (load_config(None).model.max_batch, load_config(None).model.kept_prefixes) == (8, 16)
+    assert load_config(None, {"model.max_batch": 1, "model.kept_prefixes": 0}).model.max_batch == 1
+    for key, bad, least in (("max_batch", 0, 1), ("kept_prefixes", -1, 0)):
+        with pytest.raises(ConfigError, match=f"model.{key}: must be at least {least}"):
+            load_config(None, {f"model.{key}": bad})

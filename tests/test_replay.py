@@ -238,3 +238,14 @@ def test_malformed_episode_file_is_reported(bench, tmp_path):
     bad.write_text('{"_comment": "x"}\n{"id": "a", "lang": "en", "question": "q"}\n')
     with pytest.raises(bench.EpisodeError, match=r"bad.jsonl:2: not an episode"):
         bench.load_episodes([bad])
+
+
+def test_bench_concurrency_replays_the_episodes_as_agents_at_once(bench, internlm2_dir, tmp_path):
+    out = tmp_path / "figures.json"
+    bench.main(["--random-internlm2-tiny", "--checkpoint-dir", str(internlm2_dir.parent), "--device", "cpu",
+                "--no-replay", "--concurrency", "3", "--json", str(out)])
+    c = json.loads(out.read_text())["concurrency"]
+    assert c["agents"] == len(c["episodes"]) == 3  # three different episodes, one per agent
+    assert c["longest_agent_decoded"] <= c["batched_decode_passes"] < c["decoded"]  # passes were shared
+    assert c["tokens_processed"] <= c["lower_bound_tokens"]  # the shared system prompt is copied, not recomputed
+    assert c["shared_prefix_tokens"] > 0 and c["sequential_seconds"] > 0 and c["concurrent_seconds"] > 0

@@ -51,6 +51,8 @@ class ModelConfig:
     guided_decoding: str | None = None  # openai: structured_outputs | guided_regex (vLLM), for constrained runs
     timeout: float = 60.0
     max_retries: int = 2
+    max_batch: int = 8               # hf, internlm2, embedded: generate calls run together (1: one at a time)
+    kept_prefixes: int = 16          # hf, internlm2, embedded: conversations whose KV cache is kept between calls
 
 
 @dataclass
@@ -231,6 +233,7 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
         _fail(where, "model.device", f"{m.device!r} is not a device (auto, cpu, cuda, cuda:N, mps)")
     minimums = {"agent.max_turns": (a.max_turns, 1), "generation.max_new_tokens": (g.max_new_tokens, 1),
                 "generation.temperature": (g.temperature, 0), "model.max_retries": (m.max_retries, 0),
+                "model.max_batch": (m.max_batch, 1), "model.kept_prefixes": (m.kept_prefixes, 0),
                 "agent.max_observation_chars": (a.max_observation_chars, 1),
                 "generation.repetition_penalty": (g.repetition_penalty, 1), "generation.no_repeat_ngram_size":
                 (g.no_repeat_ngram_size, 1), "generation.max_line_tokens": (g.max_line_tokens, 1)}
@@ -333,14 +336,16 @@ def build_model(cfg: Config):
     if m.trust_remote_code:
         log.warning("trust_remote_code is on for %s: Python code from that model repository will run on "
                     "this machine with your permissions. Use it only for repositories you trust.", m.path)
+    local = {"max_batch": m.max_batch, "kept_prefixes": m.kept_prefixes}
     if m.backend == "embedded":  # CPU unless a device is named: 135M parameters need no GPU
-        return llm.default_model(**({} if m.device == "auto" else {"device": m.device}), dtype=m.dtype, **gen)
+        return llm.default_model(**({} if m.device == "auto" else {"device": m.device}), dtype=m.dtype,
+                                 **local, **gen)
     if m.backend == "hf":
         return llm.HFChatModel(m.path, device=m.device, dtype=m.dtype, gguf_file=m.gguf_file,
-                               trust_remote_code=m.trust_remote_code, **gen)
+                               trust_remote_code=m.trust_remote_code, **local, **gen)
     if m.backend == "internlm2":
         return llm.InternLM2Chat(m.path, device=m.device, dtype=m.dtype,
-                                 trust_remote_code=m.trust_remote_code, **gen)
+                                 trust_remote_code=m.trust_remote_code, **local, **gen)
     api_key = os.environ.get(m.api_key_env) if m.api_key_env else None
     register_secret(api_key)
     return llm.OpenAIChatModel(m.base_url, m.name, api_key=api_key, timeout=m.timeout,

@@ -1,19 +1,24 @@
-"""Continuous batching for one local model: many threads' `generate` calls decode together.
+"""Continuous batching for one local model: many threads' `generate` calls run together.
 
-Decoding reads every weight once per forward pass whatever the batch, so eight agents stepping
-together cost little more per step than one. A worker thread owns the model while requests are
-in flight. Each step it admits waiting requests (prefilled alone, on their kept prefix, then
-added to the batch: continuous batching), runs one batched forward pass over every active
-request's last token, and lets each request choose its token with its own logits processors
-(constraints, forced replies), sampling settings, stop strings, end ids and cancel event. A
-request that ends (or raises) leaves the batch at once; its cache goes to the kept prefixes.
+A forward pass reads every weight once whatever it feeds, so eight agents stepping together cost
+little more per step than one. A worker thread owns the model while requests are in flight. Each
+pass it admits waiting requests (up to `max_batch` in flight), then feeds, in one packed row
+(llm/packed.py), the last chosen token of every request that is decoding plus the next chunk of
+the prompt of those still prefilling (`PREFILL_CHUNK` tokens while others decode, so their steps
+ride along instead of waiting; `PREFILL_MAX` when nobody decodes). Every request whose tokens are
+all in then chooses its next token with its own logits processors (constraints, forced replies),
+sampling settings, stop strings, end ids and cancel event. A request that ends (or raises) leaves
+at once; its cache goes to the kept prefixes.
 
-The batch is one left-padded `DynamicCache` with an attention mask and per-row positions. Padded
-columns are masked, so results equal a request decoded alone up to float rounding (greedy tokens
-are compared in tests/test_batching.py). Only caches made of plain full-attention layers are
-batched (`supports`); sliding-window, quantised or recurrent caches keep the one-at-a-time path.
-With rope that depends on the length (dynamic NTK), a request that may pass the original length
-runs alone.
+Each request has its own batch-1 KV cache: the one kept from its conversation's last call (or a
+copy of the start it shares with another conversation, e.g. the system prompt), extended in
+place by each pass; attention is computed per request, so nothing is padded and a request joins
+or leaves without copying the others' caches. Results equal a request decoded alone up to float
+rounding (greedy tokens are compared in tests/test_batching.py). Only models whose cache is made
+of plain full-attention layers and whose attention goes through transformers' attention
+interface are batched (`supports`); sliding-window, quantised or recurrent caches keep the
+one-at-a-time path. With rope that depends on the length (dynamic NTK), a request that may pass
+the original length runs alone.
 
 Why not transformers' own continuous batching (`generate_batch`, the manager behind
 `transformers serve`): it carries per-request end ids, max_new_tokens and temperature / top_p /
@@ -29,21 +34,30 @@ import threading
 import weakref
 from dataclasses import dataclass, field
 
-from .kept_prefixes import KeptPrefixes
+from . import packed
+from .kept_prefixes import KeptPrefixes, copy_start
 from .prefix_cache import common_prefix_length, length_dependent_rope_limit
 
-SHARE_MIN = 64  # tokens two requests admitted together must share before the first one's prompt cache is copied
+SHARE_MIN = 64        # tokens a request must share with one in flight to copy its start rather than compute it
+PREFILL_CHUNK = 256   # prompt tokens per pass while other requests decode (bounds their stall: ~0.8 s on a 2-core CPU)
+PREFILL_MAX = 1024    # prompt tokens per pass when none decodes
 
 log = logging.getLogger(__name__)
 
 
 def supports(model) -> bool:
-    """True when `model`'s cache is all plain full-attention layers (left padding is exact for those)."""
+    """True when `model` can be batched: its cache is all plain full-attention layers, and its
+    attention can run packed (see llm/packed.py)."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
     layers = DynamicCache(config=model.config).layers
-    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+    text = model.config.get_text_config()
+    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        return False
+    if getattr(text, "attn_logit_softcapping", None):  # not in the packed attention
+        return False
+    return packed.install(model)  # a no-op when already installed
 
 
 @dataclass
@@ -56,8 +70,10 @@ class Request:
     stopping: list            # stopping criteria called with (ids so far, scores)
     on_token: object          # callable(new ids) -> None, or None: streams the text
     new: list[int] = field(default_factory=list)
-    reused: int = 0
-    cache: object = None      # batch-1 cache while prefilling
+    reused: int = 0           # prompt tokens taken from a kept cache or another request's
+    cache: object = None      # this request's batch-1 DynamicCache, holding `fed` tokens
+    fed: int = 0
+    todo: list[int] = field(default_factory=list)  # tokens not yet fed: the prompt's rest, then the last chosen
     sequence: object = None   # tensor [1, n]: prompt and new tokens, what processors and criteria see
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -66,7 +82,7 @@ class Request:
 class Batcher:
     """Runs `HFChatModel` generation for all threads at once (see the module docstring).
 
-    `max_batch` requests decode together (more wait for a free row); `kept` is how many
+    `max_batch` requests are in flight together (more wait for a free place); `kept` is how many
     conversations' caches are kept between their calls.
     """
 
@@ -79,13 +95,10 @@ class Batcher:
         self._waiting: list[Request] = []
         self._worker: threading.Thread | None = None
         self._cond = threading.Condition()
-        self._rows: list[Request] = []
-        self._cache = None      # the batch's DynamicCache, rows in `_rows` order
-        self._mask = None       # attention mask [rows, columns]: 0 over left padding
-        self._lengths: list[int] = []  # real tokens per row
-        self.passes = 0         # batched decode passes
+        self._rows: list[Request] = []  # in flight, in arrival order
+        self.passes = 0         # forward passes that fed decoding requests
         self.prefilled = 0      # prompt tokens fed (not taken from a kept cache)
-        self.stepped = 0        # rows of the decode passes: one fed token each
+        self.stepped = 0        # decoding requests' tokens fed: one per request and pass
         self._closing = False
         _batchers.add(self)
 
@@ -99,7 +112,7 @@ class Batcher:
 
     @property
     def fed_tokens(self) -> int:
-        """Tokens through the model, padding aside."""
+        """Tokens through the model."""
         return self.prefilled + self.stepped
 
     def run(self, ids: list[int], config, processors, stopping: list, on_token=None) -> tuple[list[int], int]:
@@ -126,81 +139,124 @@ class Batcher:
                     for r in [*self._waiting, *self._rows]:
                         if not r.done.is_set():
                             self._finish(r, RuntimeError("the model is shutting down"))
-                    self._waiting, self._rows, self._cache, self._mask, self._lengths = [], [], None, None, []
-                    self._worker = None
+                    self._waiting, self._rows, self._worker = [], [], None
                     return
-                admitted = self._admit()
-                if not admitted and not self._rows:
+                self._admit()
+                if not self._rows:
                     self._worker = None
                     return
             try:
                 with torch.inference_mode():
-                    joining = []
-                    for i, r in enumerate(admitted):
-                        if self._prefill(r):
-                            joining.append(r)
-                            self._share(r, admitted[i + 1:])
-                    if joining:
-                        self._join(joining)
-                    if self._rows:
-                        self._step()
-            except BaseException as e:  # a failed pass loses the batch: every caller gets the error
+                    self._pass()
+            except BaseException:  # a failed pass has failed the requests it fed (see _pass)
                 log.exception("batched generation failed")
-                for r in {id(r): r for r in [*admitted, *self._rows]}.values():
-                    if not r.done.is_set():
-                        self._finish(r, e)
-                self._rows, self._lengths, self._cache, self._mask = [], [], None, None
+                self._rows = [r for r in self._rows if not r.done.is_set()]
 
     def _long(self, request: Request) -> bool:
         """True when the request may pass the rope limit: it then runs alone."""
         return self.rope_limit is not None and len(request.ids) + request.config.max_new_tokens > self.rope_limit
 
-    def _admit(self) -> list[Request]:
-        """The waiting requests that join now, in arrival order: as many as there are free rows; a long
-        one only into an empty batch, and alone (the requests after it wait for it)."""
+    def _admit(self) -> None:
+        """Start waiting requests, in arrival order, while there is room: a long one only alone (the
+        ones after it wait for it), and one whose start another request is computing after that."""
         if any(self._long(r) for r in self._rows):
-            return []
-        admitted: list[Request] = []
-        for r in self._waiting:
-            if len(self._rows) + len(admitted) >= self.max_batch:
+            return
+        still: list[Request] = []
+        for i, r in enumerate(self._waiting):
+            if len(self._rows) >= self.max_batch or self._long(r) and self._rows:
+                still += self._waiting[i:]
                 break
-            if self._long(r):
-                if not self._rows and not admitted:
-                    admitted.append(r)
+            if not self._start(r):
+                still.append(r)
+            elif self._long(r):
+                still += self._waiting[i + 1:]
                 break
-            admitted.append(r)
-        self._waiting = self._waiting[len(admitted):]
-        return admitted
+        self._waiting = still
 
-    def _prefill(self, request: Request) -> bool:
-        """Feed the request's prompt after its kept prefix and choose its first token; False once it ended."""
+    def _start(self, request: Request) -> bool:
+        """Give the request the longest start of its prompt already computed: a kept cache, or a copy
+        from a request in flight that shares at least `SHARE_MIN` more; False (wait) while one in
+        flight is still prefilling such a start."""
         import torch
 
+        kept = self.prefixes.longest(request.ids)
+        source, shared = None, kept + SHARE_MIN - 1
+        for other in self._rows:
+            n = min(common_prefix_length(other.ids, request.ids), len(request.ids) - 1)
+            if n > shared and (not self._long(other) and not self._long(request)):
+                source, shared = other, n
+        if source is not None and source.fed < shared:
+            return False
         try:
-            request.cache, request.reused = self.prefixes.take(request.ids)
-            device = self.model.device
-            request.sequence = torch.tensor([request.ids], device=device)
-            fresh = request.sequence[:, request.reused:]
-            positions = torch.arange(request.reused, len(request.ids), device=device)[None]
-            logits = self.model(input_ids=fresh, attention_mask=torch.ones_like(request.sequence),
-                                position_ids=positions, cache=request.cache, use_cache=True, logits_to_keep=1).logits
-            self.prefilled += fresh.shape[1]
-            if self._choose(request, logits[:, -1]):
-                self._finish(request, None)
-                return False
-            return True
+            if source is not None:
+                request.cache, request.reused = copy_start(source.cache, shared, self.model.config), shared
+                self.prefixes.shared_tokens += shared
+            else:
+                request.cache, request.reused = self.prefixes.take(request.ids)
+            request.fed, request.todo = request.reused, request.ids[request.reused:]
+            request.sequence = torch.tensor([request.ids], device=self.model.device)
         except BaseException as e:  # noqa: BLE001  (this request's failure, raised in its own thread)
             self._finish(request, e)
-            return False
+            return True
+        self._rows.append(request)
+        return True
 
-    def _share(self, request: Request, later: list[Request]) -> None:
-        """Keep a copy of the request's prompt cache when a request admitted with it shares a long start
-        (agents arriving together with the same system prompt): that start is then computed once."""
-        if any(common_prefix_length(request.ids, r.ids) >= SHARE_MIN for r in later):
-            self.prefixes.put(request.ids, _row_cache(request.cache, 0, 0, self.model.config))
+    def _pass(self) -> None:
+        """One packed forward pass: every decoding request's token, then prompt chunks up to the budget."""
+        import torch
 
-    def _choose(self, request: Request, logits) -> bool:
-        """Pick the request's next token from its logits row; True when that ends the request."""
+        decoding = [r for r in self._rows if r.new]
+        budget = PREFILL_CHUNK if decoding else PREFILL_MAX
+        fed: list[tuple[Request, int]] = [(r, 1) for r in decoding]
+        for r in self._rows:
+            if not r.new and budget > 0:
+                n = min(budget, len(r.todo))
+                fed.append((r, n))
+                budget -= n
+        segments, tokens, positions, last = [], [], [], []
+        for r, n in fed:
+            segments.append(packed.Segment(r.cache, len(tokens), n, decoding=bool(r.new)))
+            tokens += r.todo[:n]
+            positions += range(r.fed, r.fed + n)
+            if n == len(r.todo):
+                last.append(len(tokens) - 1)
+        device = self.model.device
+        try:
+            with packed.running(packed.PackedPass(segments)) as cache:
+                # a 4D mask is taken as given: transformers builds none (attention is per segment)
+                logits = self.model(input_ids=torch.tensor([tokens], device=device),
+                                    position_ids=torch.tensor([positions], device=device),
+                                    attention_mask=torch.ones(1, 1, 1, 1, dtype=torch.bool, device=device),
+                                    cache=cache, use_cache=True,
+                                    logits_to_keep=torch.tensor(last, dtype=torch.long, device=device)).logits[0]
+        except BaseException as e:
+            for r, _ in fed:  # their caches may hold part of this pass: not kept
+                r.cache = None
+                self._finish(r, e)
+            raise
+        if decoding:
+            self.passes += 1
+            self.stepped += len(decoding)
+        self.prefilled += len(tokens) - len(decoding)
+        row = 0
+        for r, n in fed:
+            r.fed += n
+            r.todo = r.todo[n:]
+            if r.todo:
+                continue
+            try:
+                token, ended = self._choose(r, logits[row:row + 1])
+            except BaseException as e:  # noqa: BLE001  (this request's failure only)
+                token, ended = None, e
+            row += 1
+            if ended:
+                self._finish(r, ended if isinstance(ended, BaseException) else None)
+            else:
+                r.todo = [token]
+        self._rows = [r for r in self._rows if not r.done.is_set()]
+
+    def _choose(self, request: Request, logits) -> tuple[int, bool]:
+        """Pick the request's next token from its logits row; (token, whether that ends the request)."""
         import torch
 
         scores = request.processors(request.sequence, logits.float())
@@ -213,101 +269,16 @@ class Batcher:
         if request.on_token is not None:
             request.on_token(request.new)
         eos = request.config.eos_token_id
-        return (token in (eos if isinstance(eos, (list, tuple)) else [eos])
-                or len(request.new) >= request.config.max_new_tokens
-                or any(bool(c(request.sequence, scores).any()) for c in request.stopping))
+        return token, (token in (eos if isinstance(eos, (list, tuple)) else [eos])
+                       or len(request.new) >= request.config.max_new_tokens
+                       or any(bool(c(request.sequence, scores).any()) for c in request.stopping))
 
     def _finish(self, request: Request, error: BaseException | None) -> None:
         """Keep the request's cache (unless it failed) and wake its caller."""
         if error is None and request.cache is not None:
-            self.prefixes.put((request.ids + request.new)[: request.cache.get_seq_length()], request.cache)
+            self.prefixes.put((request.ids + request.new)[: request.fed], request.cache)
         request.cache, request.error = None, error
         request.done.set()
-
-    def _join(self, joining: list[Request]) -> None:
-        """Add prefilled requests to the batch, left-padding every row to the longest."""
-        import torch
-
-        width = max([len(r.ids) for r in joining] + ([self._mask.shape[1]] if self._rows else []))
-        parts = ([(self._cache, self._mask)] if self._rows else []) + [
-            (r.cache, torch.ones(1, len(r.ids), dtype=torch.long, device=self.model.device)) for r in joining]
-        from transformers import DynamicCache
-
-        cache = DynamicCache(config=self.model.config)
-        for index in range(len(parts[0][0].layers)):
-            keys = torch.cat([_pad_left(c.layers[index].keys, width) for c, _ in parts])
-            values = torch.cat([_pad_left(c.layers[index].values, width) for c, _ in parts])
-            cache.update(keys, values, index)
-        self._mask = torch.cat([_pad_left(m, width) for _, m in parts])
-        self._cache = cache
-        self._lengths += [len(r.ids) for r in joining]
-        self._rows += joining
-        for r in joining:
-            r.cache = None
-
-    def _step(self) -> None:
-        """One batched forward pass over every row's last token; each row then chooses its next token."""
-        import torch
-
-        rows, device = self._rows, self.model.device
-        tokens = torch.tensor([[r.new[-1]] for r in rows], device=device)
-        self._mask = torch.cat([self._mask, self._mask.new_ones(len(rows), 1)], dim=1)
-        positions = torch.tensor([[n] for n in self._lengths], device=device)
-        logits = self.model(input_ids=tokens, attention_mask=self._mask, position_ids=positions,
-                            cache=self._cache, use_cache=True, logits_to_keep=1).logits[:, -1]
-        self.passes += 1
-        self.stepped += len(rows)
-        self._lengths = [n + 1 for n in self._lengths]
-        ended = []
-        for i, r in enumerate(rows):
-            try:
-                if self._choose(r, logits[i:i + 1]):
-                    r.cache = _row_cache(self._cache, i, self._mask.shape[1] - self._lengths[i], self.model.config)
-                    self._finish(r, None)
-                    ended.append(i)
-            except BaseException as e:  # noqa: BLE001  (this row's failure only)
-                self._finish(r, e)
-                ended.append(i)
-        if ended:
-            self._leave(ended)
-
-    def _leave(self, ended: list[int]) -> None:
-        """Drop ended rows from the batch, and the left padding no row needs any more."""
-        import torch
-
-        keep = [i for i in range(len(self._rows)) if i not in ended]
-        self._rows = [self._rows[i] for i in keep]
-        self._lengths = [self._lengths[i] for i in keep]
-        if not keep:
-            self._cache = self._mask = None
-            return
-        index = torch.tensor(keep, device=self.model.device)
-        start = self._mask.shape[1] - max(self._lengths)
-        self._mask = self._mask[index, start:]
-        for layer in self._cache.layers:
-            layer.keys, layer.values = layer.keys[index, :, start:], layer.values[index, :, start:]
-
-
-def _pad_left(tensor, width: int):
-    """`tensor` (keys [b, h, n, d] or a mask [b, n]) padded with zeros on the left of its length axis to `width`."""
-    import torch.nn.functional as F
-
-    axis = 2 if tensor.dim() == 4 else 1
-    missing = width - tensor.shape[axis]
-    if missing == 0:
-        return tensor
-    return F.pad(tensor, (0, 0, missing, 0) if axis == 2 else (missing, 0))
-
-
-def _row_cache(cache, row: int, padding: int, config):
-    """A batch-1 copy of one row of the batch cache, its left padding cut."""
-    from transformers import DynamicCache
-
-    single = DynamicCache(config=config)
-    for index, layer in enumerate(cache.layers):
-        single.update(layer.keys[row:row + 1, :, padding:].clone(), layer.values[row:row + 1, :, padding:].clone(),
-                      index)
-    return single
 
 
 _batchers: weakref.WeakSet = weakref.WeakSet()

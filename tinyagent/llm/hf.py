@@ -138,7 +138,9 @@ class HFChatModel(BaseModel):
         self._lock = threading.Lock()
         # --- batching: concurrent calls decode together, each conversation's cache kept (llm/batching.py) ---
         from .batching import Batcher, supports
+        from .packed import install
 
+        install(model)  # transformers' sdpa, but one-token steps read grouped keys once (llm/packed.py)
         self._batcher = (Batcher(model, max_batch, kept_prefixes if reuse_cache else 0)
                          if max_batch > 1 and supports(model) else None)
 

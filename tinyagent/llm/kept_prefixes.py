@@ -6,9 +6,10 @@ request starts from the entry sharing the longest token prefix with it:
   tokens, e.g. a stop string re-tokenised) takes the entry over, cropped: no copy;
 - another conversation with the same start (the system prompt, the tools, even the question)
   gets a copy of the shared part, and the entry stays for its owner.
-So a shared system prompt is computed once, though each agent holds its own copy: the batched
-cache is a plain (padded) tensor per layer, without blocks that two rows could share.
-Only full-attention `DynamicLayer` caches are kept here (see `batching.supports`).
+So a shared system prompt is computed once, though each agent holds its own copy: a request's
+attention reads its cache as one tensor per layer (llm/packed.py), with no blocks that two
+requests could share. Only full-attention `DynamicLayer` caches are kept here (see
+`batching.supports`).
 """
 from __future__ import annotations
 
@@ -37,18 +38,28 @@ class KeptPrefixes:
         with self._lock:
             self._entries.clear()
 
+    def _best(self, ids: list[int]) -> tuple[int | None, int]:
+        """(key, tokens) of the entry sharing the longest start with `ids` (leaving at least one of them)."""
+        best, shared = None, 0
+        for key, (kept, _) in self._entries.items():
+            if self.rope_limit is not None and max(len(kept), len(ids)) > self.rope_limit:
+                continue  # keys cached at another rope base than a fresh prefill would use
+            n = min(common_prefix_length(kept, ids), len(ids) - 1)
+            if n > shared:
+                best, shared = key, n
+        return best, shared
+
+    def longest(self, ids: list[int]) -> int:
+        """How many tokens of `ids` `take` would give now."""
+        with self._lock:
+            return self._best(ids)[1]
+
     def take(self, ids: list[int]):
         """(cache, reused): a batch-1 cache holding the first `reused` tokens of `ids` (at least one is left)."""
         from transformers import DynamicCache
 
         with self._lock:
-            best, shared = None, 0
-            for key, (kept, _) in self._entries.items():
-                if self.rope_limit is not None and max(len(kept), len(ids)) > self.rope_limit:
-                    continue  # keys cached at another rope base than a fresh prefill would use
-                n = min(common_prefix_length(kept, ids), len(ids) - 1)
-                if n > shared:
-                    best, shared = key, n
+            best, shared = self._best(ids)
             if best is None:
                 return DynamicCache(config=self.model.config), 0
             kept, cache = self._entries[best]
@@ -58,11 +69,8 @@ class KeptPrefixes:
                     cache.crop(shared - len(kept))
                 return cache, shared
             self.shared_tokens += shared
-            copy = DynamicCache(config=self.model.config)
-            for index, layer in enumerate(cache.layers):
-                copy.update(layer.keys[:, :, :shared].clone(), layer.values[:, :, :shared].clone(), index)
             self._entries.move_to_end(best)
-            return copy, shared
+            return copy_start(cache, shared, self.model.config), shared
 
     def put(self, ids: list[int], cache) -> None:
         """Keep `cache`, which holds exactly `ids`; entries holding only a start of `ids` are dropped."""
@@ -75,3 +83,13 @@ class KeptPrefixes:
             self._next += 1
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)
+
+
+def copy_start(cache, tokens: int, config):
+    """A new batch-1 `DynamicCache` holding a copy of the first `tokens` positions of `cache`."""
+    from transformers import DynamicCache
+
+    copy = DynamicCache(config=config)
+    for index, layer in enumerate(cache.layers):
+        copy.update(layer.keys[:, :, :tokens].clone(), layer.values[:, :, :tokens].clone(), index)
+    return copy
