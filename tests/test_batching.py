@@ -37,10 +37,13 @@ def alone(tiny_llama_dir):
     return HFChatModel(tiny_llama_dir, max_batch=1, dtype="float32")
 
 
-@pytest.fixture
-def batched(alone):
-    """The same weights with batching on (a fresh batcher and kept caches per test)."""
-    return HFChatModel.from_model(alone.model, alone.tokenizer, max_batch=8)
+@pytest.fixture(params=["one_by_one", "masked"])
+def batched(alone, request):
+    """The same weights with batching on (a fresh batcher and kept caches per test), its decoding requests
+    attending one by one (what a CPU does) or in one masked call over their slots (what a GPU does)."""
+    model = HFChatModel.from_model(alone.model, alone.tokenizer, max_batch=8)
+    model._batcher.pool.one_by_one = request.param == "one_by_one"
+    return model
 
 
 class PassSizes:
@@ -54,12 +57,11 @@ class PassSizes:
         self.handle = model.model.register_forward_pre_hook(self._before)
 
     def _before(self, module, args) -> None:
-        segments = packed.current_pass().segments if packed.current_pass() else []  # not the batcher's: none
-        decoding = sum(s.decoding for s in segments)
-        if decoding:
-            if decoding < len(segments):
+        current = packed.current_pass()  # None: not the batcher's pass
+        if current is not None and current.decoding:
+            if current.segments:
                 self.mixed.append(len(self.sizes))
-            self.sizes.append(decoding)
+            self.sizes.append(current.decoding)
 
     def close(self) -> list[int]:
         self.handle.remove()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import AutoModelForCausalLM, DynamicCache
+from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig
 
 from tinyagent.llm import packed
 
@@ -99,3 +99,38 @@ def test_append_grows_in_place_and_equals_concatenation():
     before = grown.keys.clone()
     packed.append(grown, torch.ones(1, 2, 1, 8), torch.ones(1, 2, 1, 8))
     assert torch.equal(grown.keys[:, :, :-1], before) and grown.room[0].data_ptr() not in buffers
+
+
+@pytest.mark.parametrize("one_by_one", [True, False], ids=["one_by_one", "masked"])
+def test_slot_pool_attends_each_request_over_exactly_its_own_cache(one_by_one):
+    """Slots of different lengths, one freed in the middle (its stale keys must not be read): each request's
+    query sees its own keys and the one just written, nothing else."""
+    from tinyagent.llm.slots import SlotPool
+
+    torch.manual_seed(0)
+    config = LlamaConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=32)
+    pool = SlotPool(layers=2, max_rows=4, one_by_one=one_by_one)
+    caches = []
+    for length in (30, 7, 300, 12):
+        cache = DynamicCache(config=config)
+        for layer in range(2):
+            cache.update(torch.randn(1, 2, length, 8), torch.randn(1, 2, length, 8), layer)
+        caches.append((pool.add(cache), cache))
+    pool.release(caches[1][0])  # slot 1 is free: its 7 old keys stay in the tensor
+    order = [caches[3], caches[0], caches[2]]  # not in slot order: the queries are scattered and gathered
+    step = pool.step([slot for slot, _ in order])
+    assert (step.rows, step.width, step.dense) == (4, 301, False)
+    new_keys, new_values, query = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 3, 8), torch.randn(1, 4, 3, 8)
+    for layer in range(2):
+        pool.write(layer, step, new_keys, new_values)
+        got = pool.attend(layer, step, query, 0.3)
+        for i, (slot, cache) in enumerate(order):
+            keys = torch.cat([cache.layers[layer].keys, new_keys[:, :, i:i + 1]], dim=2)
+            values = torch.cat([cache.layers[layer].values, new_values[:, :, i:i + 1]], dim=2)
+            torch.testing.assert_close(got[:, :, i:i + 1], reference(query[:, :, i:i + 1], keys, values, 0.3),
+                                       rtol=0, atol=1e-5)
+    slot, cache = caches[2]
+    out = pool.take_out(slot, 301, config)
+    assert torch.equal(out.layers[1].keys[:, :, :300], cache.layers[1].keys)
+    assert torch.equal(out.layers[1].keys[:, :, 300], new_keys[:, :, 2])
+

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from . import packed
 from .kept_prefixes import KeptPrefixes, copy_start
 from .prefix_cache import common_prefix_length, length_dependent_rope_limit
+from .slots import SlotPool
 
 SHARE_MIN = 64        # tokens a request must share with one in flight to copy its start rather than compute it
 PREFILL_CHUNK = 256   # prompt tokens per pass while other requests decode (bounds their stall: ~0.8 s on a 2-core CPU)
@@ -71,7 +72,8 @@ class Request:
     on_token: object          # callable(new ids) -> None, or None: streams the text
     new: list[int] = field(default_factory=list)
     reused: int = 0           # prompt tokens taken from a kept cache or another request's
-    cache: object = None      # this request's batch-1 DynamicCache, holding `fed` tokens
+    cache: object = None      # while prefilling: this request's batch-1 DynamicCache, holding `fed` tokens
+    slot: int | None = None   # while decoding: its slot of the batcher's SlotPool, holding `fed` tokens
     fed: int = 0
     todo: list[int] = field(default_factory=list)  # tokens not yet fed: the prompt's rest, then the last chosen
     sequence: object = None   # tensor [1, n]: prompt and new tokens, what processors and criteria see
@@ -92,6 +94,10 @@ class Batcher:
         # that may pass it runs alone, and no kept cache is reused past it.
         self.rope_limit = length_dependent_rope_limit(model.config.get_text_config())
         self.prefixes = KeptPrefixes(model, kept, self.rope_limit)
+        from transformers import DynamicCache
+
+        self.pool = SlotPool(len(DynamicCache(config=model.config).layers), max_batch,
+                             one_by_one=model.device.type == "cpu")
         self._waiting: list[Request] = []
         self._worker: threading.Thread | None = None
         self._cond = threading.Condition()
@@ -158,7 +164,8 @@ class Batcher:
 
     def _admit(self) -> None:
         """Start waiting requests, in arrival order, while there is room: a long one only alone (the
-        ones after it wait for it), and one whose start another request is computing after that."""
+        ones after it wait for it); one whose start a request in flight is still computing waits for
+        it (see `_start`)."""
         if any(self._long(r) for r in self._rows):
             return
         still: list[Request] = []
@@ -189,7 +196,9 @@ class Batcher:
             return False
         try:
             if source is not None:
-                request.cache, request.reused = copy_start(source.cache, shared, self.model.config), shared
+                request.cache = (self.pool.take_out(source.slot, shared, self.model.config) if source.slot is not None
+                                 else copy_start(source.cache, shared, self.model.config))
+                request.reused = shared
                 self.prefixes.shared_tokens += shared
             else:
                 request.cache, request.reused = self.prefixes.take(request.ids)
@@ -205,25 +214,28 @@ class Batcher:
         """One packed forward pass: every decoding request's token, then prompt chunks up to the budget."""
         import torch
 
-        decoding = [r for r in self._rows if r.new]
+        decoding = [r for r in self._rows if r.slot is not None]
         budget = PREFILL_CHUNK if decoding else PREFILL_MAX
-        fed: list[tuple[Request, int]] = [(r, 1) for r in decoding]
+        chunks: list[tuple[Request, int]] = []
         for r in self._rows:
-            if not r.new and budget > 0:
-                n = min(budget, len(r.todo))
-                fed.append((r, n))
-                budget -= n
-        segments, tokens, positions, last = [], [], [], []
-        for r, n in fed:
-            segments.append(packed.Segment(r.cache, len(tokens), n, decoding=bool(r.new)))
+            if r.slot is None and budget > 0:
+                chunks.append((r, min(budget, len(r.todo))))
+                budget -= chunks[-1][1]
+        tokens = [r.todo[0] for r in decoding]
+        positions = [r.fed for r in decoding]
+        segments, last = [], list(range(len(decoding)))
+        for r, n in chunks:
+            segments.append(packed.Segment(r.cache, len(tokens), n))
             tokens += r.todo[:n]
             positions += range(r.fed, r.fed + n)
             if n == len(r.todo):
                 last.append(len(tokens) - 1)
         device = self.model.device
+        fed = [(r, 1) for r in decoding] + chunks
         try:
-            with packed.running(packed.PackedPass(segments)) as cache:
-                # a 4D mask is taken as given: transformers builds none (attention is per segment)
+            step = self.pool.step([r.slot for r in decoding]) if decoding else None
+            with packed.running(packed.PackedPass(segments, self.pool, step)) as cache:
+                # a 4D mask is taken as given: transformers builds none (attention is per request)
                 logits = self.model(input_ids=torch.tensor([tokens], device=device),
                                     position_ids=torch.tensor([positions], device=device),
                                     attention_mask=torch.ones(1, 1, 1, 1, dtype=torch.bool, device=device),
@@ -246,6 +258,8 @@ class Batcher:
                 continue
             try:
                 token, ended = self._choose(r, logits[row:row + 1])
+                if not ended and r.slot is None:  # its prompt is in: it decodes from its slot from now on
+                    r.slot, r.cache = self.pool.add(r.cache), None
             except BaseException as e:  # noqa: BLE001  (this request's failure only)
                 token, ended = None, e
             row += 1
@@ -274,7 +288,12 @@ class Batcher:
                        or any(bool(c(request.sequence, scores).any()) for c in request.stopping))
 
     def _finish(self, request: Request, error: BaseException | None) -> None:
-        """Keep the request's cache (unless it failed) and wake its caller."""
+        """Keep the request's cache (unless it failed), free its slot, and wake its caller."""
+        if request.slot is not None:
+            if error is None and self.prefixes.size > 0:
+                request.cache = self.pool.take_out(request.slot, request.fed, self.model.config)
+            self.pool.release(request.slot)
+            request.slot = None
         if error is None and request.cache is not None:
             self.prefixes.put((request.ids + request.new)[: request.fed], request.cache)
         request.cache, request.error = None, error

@@ -32,23 +32,26 @@ _local = threading.local()
 
 @dataclass
 class Segment:
-    """One request's part of a packed pass: `length` tokens from `start` of the row, fed after its `cache`
-    (`decoding`: its last chosen token, else a chunk of its prompt)."""
+    """A chunk of one request's prompt in a packed pass: `length` tokens from `start` of the row, fed after
+    its `cache`."""
 
     cache: object
     start: int
     length: int
-    decoding: bool = False
 
 
 class PackedPass:
-    """The cache object of one packed forward pass (see the module docstring)."""
+    """The cache object of one packed forward pass (see the module docstring): first one token for each
+    decoding request, whose caches are slots of `pool` (`step`, llm/slots.py), then the prompt chunks."""
 
-    def __init__(self, segments: list[Segment]):
-        self.segments = segments
+    def __init__(self, segments: list[Segment], pool=None, step=None):
+        self.segments, self.pool, self.step = segments, pool, step
+        self.decoding = step.count if step is not None else 0
         self.kv: dict[int, list] = {}  # layer -> each segment's (keys, values) after this pass's update
 
     def update(self, keys, values, layer_idx: int, *args, **kwargs):
+        if self.decoding:
+            self.pool.write(layer_idx, self.step, keys[:, :, :self.decoding], values[:, :, :self.decoding])
         self.kv[layer_idx] = [append(s.cache.layers[layer_idx], keys[:, :, s.start:s.start + s.length],
                                      values[:, :, s.start:s.start + s.length]) for s in self.segments]
         return keys, values
@@ -102,7 +105,7 @@ def attention(module, query, key, value, attention_mask, dropout: float = 0.0, s
     if packed is None:
         if query.shape[2] == 1 and attention_mask is None and query.shape[1] != key.shape[1] and dropout == 0.0 \
                 and not kwargs.get("softcap") and kwargs.get("position_bias") is None:
-            out = _one_query(query, key, value, scaling)
+            out = one_query(query, key, value, scaling)
             return out.transpose(1, 2).contiguous(), None
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -110,13 +113,15 @@ def attention(module, query, key, value, attention_mask, dropout: float = 0.0, s
                                       **kwargs)
     if kwargs.get("softcap") or kwargs.get("sliding_window"):
         raise ValueError("packed batching supports plain full attention only")  # `batching.supports` rules these out
-    parts = [_attend(query[:, :, s.start:s.start + s.length], k, v, scaling)
-             for s, (k, v) in zip(packed.segments, packed.kv.pop(module.layer_idx))]
+    parts = [packed.pool.attend(module.layer_idx, packed.step, query[:, :, :packed.decoding], scaling)] \
+        if packed.decoding else []
+    parts += [_attend(query[:, :, s.start:s.start + s.length], k, v, scaling)
+              for s, (k, v) in zip(packed.segments, packed.kv.pop(module.layer_idx))]
     out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
     return out.transpose(1, 2).contiguous(), None
 
 
-def _one_query(query, key, value, scaling):
+def one_query(query, key, value, scaling):
     """Attention of one query position over all of `key`: query heads grouped per key/value head."""
     import torch.nn.functional as F
 
@@ -134,7 +139,7 @@ def _attend(query, key, value, scaling):
 
     n, total = query.shape[2], key.shape[2]
     if n == 1:
-        return _one_query(query, key, value, scaling)
+        return one_query(query, key, value, scaling)
     grouped = {}
     if query.shape[1] != key.shape[1]:
         if _torch_has_gqa():
