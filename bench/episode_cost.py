@@ -288,7 +288,10 @@ def decode_report(model, rows: list[dict], spec_gbs: float | None) -> dict:
 
 
 def load_model(args, episodes: list[Episode], workdir: str):
-    """(model, description) as the command line asks."""
+    """(model, description) as the command line asks; with --concurrency N, N requests decode together."""
+    from tinyagent.llm.hf import MAX_BATCH
+
+    batch = {"max_batch": max(MAX_BATCH, args.concurrency or 0)}
     if args.random_internlm2:
         from tinyagent.llm.internlm2 import InternLM2Chat
 
@@ -296,15 +299,16 @@ def load_model(args, episodes: list[Episode], workdir: str):
         if not (folder / "config.json").is_file():
             print(f"writing a random InternLM2 checkpoint ({args.random_internlm2}) to {folder}", file=sys.stderr)
             write_checkpoint(folder, args.random_internlm2, tokenizer_texts(episodes))
-        model = InternLM2Chat(str(folder), device=args.device, dtype=args.dtype)
+        model = InternLM2Chat(str(folder), device=args.device, dtype=args.dtype, **batch)
         return model, f"random InternLM2 {args.random_internlm2}"
     if args.model:
         from tinyagent.llm.hf import HFChatModel
 
-        return HFChatModel(args.model, device=args.device, dtype=args.dtype, gguf_file=args.gguf_file), args.model
+        return HFChatModel(args.model, device=args.device, dtype=args.dtype, gguf_file=args.gguf_file,
+                           **batch), args.model
     from tinyagent.llm import default_model
 
-    return default_model(device=args.device), "SmolLM2-135M-Instruct Q4_1 (embedded)"
+    return default_model(device=args.device, dtype=args.dtype, **batch), "SmolLM2-135M-Instruct Q4_1 (embedded)"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,15 +10,18 @@ all in then chooses its next token with its own logits processors (constraints, 
 sampling settings, stop strings, end ids and cancel event. A request that ends (or raises) leaves
 at once; its cache goes to the kept prefixes.
 
-Each request has its own batch-1 KV cache: the one kept from its conversation's last call (or a
-copy of the start it shares with another conversation, e.g. the system prompt), extended in
-place by each pass; attention is computed per request, so nothing is padded and a request joins
-or leaves without copying the others' caches. Results equal a request decoded alone up to float
-rounding (greedy tokens are compared in tests/test_batching.py). Only models whose cache is made
-of plain full-attention layers and whose attention goes through transformers' attention
-interface are batched (`supports`); sliding-window, quantised or recurrent caches keep the
-one-at-a-time path. With rope that depends on the length (dynamic NTK), a request that may pass
-the original length runs alone.
+A request prefills into its own batch-1 KV cache: the one kept from its conversation's last call
+(or a copy of the start it shares with another conversation, e.g. the system prompt), extended in
+place by each chunk. Once it decodes, its cache is copied into a slot of the batcher's `SlotPool`
+(llm/slots.py), where each step writes every decoding request's new key with one indexed write
+per layer; attention reads each request's own length (one by one on a CPU, in one masked call
+elsewhere). Nothing is padded in the matrix products, and a request joins or leaves without
+touching the others' caches. Results equal a request decoded alone up to float rounding (greedy
+tokens are compared in tests/test_batching.py). Only models whose cache is made of plain
+full-attention layers and whose attention goes through transformers' attention interface are
+batched (`supports`); sliding-window, quantised or recurrent caches keep the one-at-a-time path.
+With rope that depends on the length (dynamic NTK), a request that may pass the original length
+runs alone.
 
 Why not transformers' own continuous batching (`generate_batch`, the manager behind
 `transformers serve`): it carries per-request end ids, max_new_tokens and temperature / top_p /

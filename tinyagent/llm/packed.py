@@ -1,22 +1,23 @@
 """Packed forward passes: many requests' new tokens in one row, each attending only to its own cache.
 
 The batcher (llm/batching.py) feeds the model one sequence holding every active request's next
-tokens side by side: one token for each request that is decoding, a chunk of the prompt for one
-that is prefilling, each token at its own request's position. The matrix products, which are
-most of the cost, then run once over all of them, with no padding; only attention is done per
-request, against that request's own batch-1 KV cache (`Segment.cache`, a `DynamicCache`, the
-same object the kept prefixes hold). So a request joins or leaves without copying anyone's cache,
-and a prompt chunk rides in the same pass as the others' decode steps (chunked prefill).
+tokens side by side: first one token for each request that is decoding, then a chunk of the
+prompt for each that is prefilling, each token at its own request's position. The matrix
+products, which are most of the cost, then run once over all of them, with no padding; only
+attention is done per request: the decoding requests' against their slots of a `SlotPool`
+(llm/slots.py), each prompt chunk against its request's own batch-1 cache (`Segment.cache`, a
+`DynamicCache`, grown in place by `append`). So a prompt chunk rides in the same pass as the
+others' decode steps (chunked prefill).
 
 How it plugs into transformers: the model's attention implementation is set to `NAME`, registered
 here. Outside a packed pass (`current_pass()` is None) that function is transformers' `sdpa`; in
-one, the `PackedPass` given as the model's cache takes each layer's new keys and values, appends
-each request's slice to its own cache, and the attention function attends segment by segment.
+one, the `PackedPass` given as the model's cache takes each layer's new keys and values and puts
+each request's slice in its cache, and the attention function attends request by request.
 
-A decoding request's single query attends with its query heads grouped per key/value head
-(`[kv_heads, group, dim]`), so grouped-query attention reads each cached key once instead of
-expanding the cache to every head; this is also used for one-token steps outside packed passes
-with no mask, where torch's CPU kernel for `enable_gqa` is several times slower.
+A one-token step attends with its query heads grouped per key/value head (`[kv_heads, group,
+dim]`), so grouped-query attention reads each cached key once instead of expanding the cache to
+every head; this is also used for one-token steps outside packed passes with no mask, where
+torch's CPU kernel for `enable_gqa` is several times slower.
 """
 from __future__ import annotations
 

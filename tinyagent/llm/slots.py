@@ -11,7 +11,7 @@ decoding (`add`) and when it ends (`take_out`, for the kept prefixes).
 
 On a CPU the kernels cost little to start and attention is bound by reading each request's keys,
 so there (`one_by_one`) each request attends over exactly its own length instead: 8 agents of the
-benchmark (bench/README.md) ran 78 s with the one masked call against 64 s one by one.
+benchmark (bench/README.md) ran 78 s with the one masked call against 61 s one by one.
 """
 from __future__ import annotations
 
