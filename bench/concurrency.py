@@ -104,7 +104,9 @@ def concurrency_report(model, episodes: list, tools_of, agents: int, max_new_tok
             "max_batch": model._batcher.max_batch, "kept_prefixes": model._batcher.prefixes.size,
             "mean_batch": round(stepped / passes, 2) if passes else None,
             # every agent decodes its replies one token per pass, so no schedule needs fewer passes than this
-            "longest_agent_decoded": together["longest_agent_decoded"], "decoded": together["decoded"]}
+            "longest_agent_decoded": together["longest_agent_decoded"], "decoded": together["decoded"],
+            # reply tokens per second of the whole run at once, prefill included
+            "decoded_per_s": round(together["decoded"] / together["seconds"], 1)}
 
 
 def print_concurrency(c: dict) -> None:
@@ -117,4 +119,6 @@ def print_concurrency(c: dict) -> None:
           f"{c['shared_prefix_tokens']} prompt tokens copied from another agent's kept cache\n"
           f"  {c['batched_decode_passes']} decode passes, {c['mean_batch']} agents each on average; the agent with the "
           f"most reply tokens decoded {c['longest_agent_decoded']} of {c['decoded']}, so no schedule takes fewer "
-          f"than {c['longest_agent_decoded']} passes")
+          f"than {c['longest_agent_decoded']} passes\n"
+          f"  {c['decoded_per_s']} reply tokens/s at once, prefill included"
+          + (f" (bandwidth bound at this mean batch: {c['bound_decoded_per_s']})" if "bound_decoded_per_s" in c else ""))

@@ -361,6 +361,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.concurrency:
             report["concurrency"] = concurrency_report(model, episodes, episode_tools, args.concurrency,
                                                        args.max_new_tokens)
+            c, decode = report["concurrency"], report.get("decode")
+            if decode and c["mean_batch"]:  # a pass reads the weights once, whatever its batch
+                c["bound_decoded_per_s"] = round(decode["bound_tokens_per_s"] * c["mean_batch"], 1)
             print_concurrency(report["concurrency"])
         if args.live:
             report["live"] = run_live(model, run, args.max_new_tokens, args.constrained)

@@ -249,3 +249,4 @@ def test_bench_concurrency_replays_the_episodes_as_agents_at_once(bench, internl
     assert c["longest_agent_decoded"] <= c["batched_decode_passes"] < c["decoded"]  # passes were shared
     assert c["tokens_processed"] <= c["lower_bound_tokens"]  # the shared system prompt is copied, not recomputed
     assert c["shared_prefix_tokens"] > 0 and c["sequential_seconds"] > 0 and c["concurrent_seconds"] > 0
+    assert c["decoded_per_s"] == round(c["decoded"] / c["concurrent_seconds"], 1)
