@@ -164,6 +164,54 @@ def test_a_request_that_raises_does_not_disturb_the_others(alone, batched):
     assert str(batched.generate(prompts[1], max_new_tokens=20)) == expected[1]  # and nothing is poisoned
 
 
+class LoseTheDevice:
+    """A forward pre-hook on the model's last layer that raises in the batcher's pass number `at`: the
+    layers before it have already written that pass's keys into the caches."""
+
+    def __init__(self, model: HFChatModel, at: int):
+        self.passes, self.at = iter(range(10**6)), at
+        self.handle = model.model.model.layers[-1].register_forward_pre_hook(self)
+
+    def __call__(self, module, args) -> None:
+        if packed.current_pass() is not None and next(self.passes) == self.at:
+            raise RuntimeError("device lost")
+
+
+def test_a_failed_decode_pass_fails_its_requests_and_frees_their_slots(alone, batched):
+    prompts = [conversation(q) for q in QUESTIONS[:4]]
+    expected = [str(alone.generate(p, max_new_tokens=12)) for p in prompts]
+    hook = LoseTheDevice(batched, at=6)  # all four are decoding by then
+    try:
+        got = in_threads([lambda p=p: batched.generate(p, max_new_tokens=12) for p in prompts])
+    finally:
+        hook.handle.remove()
+    assert all(isinstance(g, RuntimeError) and "device lost" in str(g) for g in got)
+    assert not any(batched._batcher.pool.used)  # every slot given back
+    again = in_threads([lambda p=p: str(batched.generate(p, max_new_tokens=12)) for p in prompts])
+    assert again == expected
+
+
+def test_a_prompt_cut_off_mid_prefill_is_not_kept(alone, batched, monkeypatch):
+    """Its cache holds a chunk in some layers only: kept, it would be reused as the conversation's start."""
+    from tinyagent.llm import batching
+
+    monkeypatch.setattr(batching, "PREFILL_MAX", 8)
+    prompt, other = conversation(QUESTIONS[0]), conversation(QUESTIONS[1])
+    assert alone.count_tokens(prompt) > 4 * 8
+    hook = LoseTheDevice(batched, at=3)  # its fourth chunk
+    try:
+        with pytest.raises(RuntimeError, match="device lost"):
+            batched.generate(prompt, max_new_tokens=12)
+        other_out = batched.generate(other, max_new_tokens=12)  # after the failure: unaffected
+    finally:
+        hook.handle.remove()
+    out = batched.generate(prompt, max_new_tokens=12)
+    assert str(out) == str(alone.generate(prompt, max_new_tokens=12))
+    assert str(other_out) == str(alone.generate(other, max_new_tokens=12))
+    assert out.cached_tokens == common_prefix_length(*(alone.encode_prompt(alone.render_prompt(m))
+                                                       for m in (prompt, other)))  # from `other`, not its own
+
+
 def test_a_request_joins_mid_decode_and_leaves_without_stopping_the_others(alone, batched):
     long, short = conversation(QUESTIONS[0]), conversation(QUESTIONS[1])
     expected_long = str(alone.generate(long, max_new_tokens=20))
