@@ -87,9 +87,14 @@ class KeptPrefixes:
 
 def copy_start(cache, tokens: int, config):
     """A new batch-1 `DynamicCache` holding a copy of the first `tokens` positions of `cache`."""
+    return cache_of(((layer.keys[:, :, :tokens], layer.values[:, :, :tokens]) for layer in cache.layers), config)
+
+
+def cache_of(layers, config):
+    """A new `DynamicCache` holding copies of `layers`, one (keys, values) pair per layer."""
     from transformers import DynamicCache
 
     copy = DynamicCache(config=config)
-    for index, layer in enumerate(cache.layers):
-        copy.update(layer.keys[:, :, :tokens].clone(), layer.values[:, :, :tokens].clone(), index)
+    for index, (keys, values) in enumerate(layers):
+        copy.update(keys.clone(), values.clone(), index)
     return copy

@@ -26,7 +26,7 @@ import threading
 from dataclasses import dataclass
 
 NAME = "tinyagent_packed"
-ROOM_MIN = 256  # positions a request's cache grows by at least (see `append`)
+ROOM_MIN = 256  # positions a cache grows by at least (see `room_for`)
 
 _local = threading.local()
 
@@ -68,7 +68,7 @@ def append(layer, keys, values):
     held, new = layer.get_seq_length(), keys.shape[-2]
     room = getattr(layer, "room", None)
     if room is None or room[0].shape[-2] < held + new or held and room[0].data_ptr() != layer.keys.data_ptr():
-        size = held + new + max(ROOM_MIN, (held + new) // 2)
+        size = room_for(held + new)
         room = tuple(t.new_empty(*t.shape[:2], size, t.shape[-1]) for t in (keys, values))
         if held:
             room[0][:, :, :held], room[1][:, :, :held] = layer.keys, layer.values
@@ -76,6 +76,12 @@ def append(layer, keys, values):
     room[0][:, :, held:held + new], room[1][:, :, held:held + new] = keys, values
     layer.keys, layer.values = room[0][:, :, :held + new], room[1][:, :, :held + new]
     return layer.keys, layer.values
+
+
+def room_for(positions: int) -> int:
+    """The size to allocate for `positions`: half as much again (at least `ROOM_MIN`), so growing by one
+    position a step reallocates rarely (`append`, `SlotPool`)."""
+    return positions + max(ROOM_MIN, positions // 2)
 
 
 def current_pass() -> PackedPass | None:

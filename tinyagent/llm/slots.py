@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ROOM_MIN = 256  # positions the pool grows by at least
+from .kept_prefixes import cache_of
+from .packed import one_query, room_for
 
 
 @dataclass
@@ -60,13 +61,8 @@ class SlotPool:
 
     def take_out(self, slot: int, length: int, config):
         """A new batch-1 `DynamicCache` holding a copy of the slot's first `length` positions."""
-        from transformers import DynamicCache
-
-        cache = DynamicCache(config=config)
-        for index in range(self.layers):
-            cache.update(self.keys[index][slot:slot + 1, :, :length].clone(),
-                         self.values[index][slot:slot + 1, :, :length].clone(), index)
-        return cache
+        return cache_of(((keys[slot:slot + 1, :, :length], values[slot:slot + 1, :, :length])
+                         for keys, values in zip(self.keys, self.values)), config)
 
     def release(self, slot: int) -> None:
         self.used[slot], self.lengths[slot] = False, 0
@@ -103,8 +99,6 @@ class SlotPool:
         if self.one_by_one:  # each request over exactly its own length: no masked columns, a kernel each
             import torch
 
-            from .packed import one_query
-
             keys, values = self.keys[layer], self.values[layer]
             return torch.cat([one_query(query[:, :, i:i + 1], keys[s:s + 1, :, :n], values[s:s + 1, :, :n], scaling)
                               for i, (s, n) in enumerate(step.each)], dim=2)
@@ -128,7 +122,7 @@ class SlotPool:
         if rows <= have_rows and room <= have_room:
             return
         rows = max(rows, min(2 * have_rows, self.max_rows)) if rows > have_rows else have_rows
-        room = room + max(ROOM_MIN, room // 2) if room > have_room else have_room
+        room = room_for(room) if room > have_room else have_room
         shape = (rows, like.shape[1], room, like.shape[-1])
         for tensors in (self.keys, self.values):
             for index in range(self.layers):
