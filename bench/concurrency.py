@@ -14,9 +14,12 @@ import sys
 import threading
 import time
 
-from tinyagent import Agent, react
-from tinyagent.llm.base import BaseModel, Completion
-from tinyagent.llm.replay import ForceTokens, RecordedReply, reply_ids
+from recorded import EpisodeError
+
+from tinyagent import Agent
+from tinyagent.format.prompts import STOP_WORDS
+from tinyagent.models.base import BaseModel, Completion
+from tinyagent.models.replay import ForceTokens, RecordedReply, reply_ids
 
 
 class ForcedReplies(BaseModel):
@@ -43,9 +46,6 @@ class ForcedReplies(BaseModel):
 
 def run_agents(model, episodes: list, tools_of, agents: int, max_new_tokens: int, together: bool) -> dict:
     """Replay `agents` episode runs, in threads started together or one after another; seconds and counts."""
-    # imported here, as episode_cost imports this module
-    from episode_cost import EpisodeError
-
     model.reset_cache()
     batcher = model._batcher
     fed, shared = batcher.fed_tokens, batcher.prefixes.shared_tokens
@@ -87,7 +87,7 @@ def concurrency_report(model, episodes: list, tools_of, agents: int, max_new_tok
     if model._batcher is None:
         raise SystemExit("--concurrency: this model's cache cannot be batched (it has sliding-window or other "
                          "layers that are not plain full attention); it runs one call at a time")
-    model.generate([{"role": "user", "content": "Hi"}], stop=react.STOP_WORDS, max_new_tokens=4)  # warm-up
+    model.generate([{"role": "user", "content": "Hi"}], stop=STOP_WORDS, max_new_tokens=4)  # warm-up
     alone = run_agents(model, episodes, tools_of, agents, max_new_tokens, together=False)
     print(f"  {agents} agents one after another: {alone['seconds']} s", file=sys.stderr)
     passes, stepped = model._batcher.passes, model._batcher.stepped

@@ -21,8 +21,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=64)
     args = parser.parse_args()
-    from tinyagent.llm import embedded
-    from tinyagent.llm.hf import HFChatModel, load_hf
+    from tinyagent.engine.loading import load_hf
+    from tinyagent.models import embedded
+    from tinyagent.models.hf import HFChatModel
 
     path = embedded.embedded_gguf_path()
     models = {}

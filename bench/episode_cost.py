@@ -18,14 +18,12 @@ Live (--live): the same questions answered freely by the model, reporting what i
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -33,92 +31,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this repository'
 
 from concurrency import concurrency_report, print_concurrency  # next to this file
 from make_random_internlm2 import write_checkpoint
+from recorded import EPISODES, Episode, EpisodeError, episode_tools, load_episodes, tokenizer_texts
 
-from tinyagent import Agent, react
-from tinyagent.llm.base import BaseModel
-from tinyagent.llm.replay import RecordedReply, ReplayModel
-from tinyagent.scoring import FORMAT_ERROR_KINDS
-from tinyagent.tools.base import ToolError
-from tinyagent.tools.calculator import Calculator
-from tinyagent.tools.google_search import GoogleSearch, format_results
-from tinyagent.tools.local_search import LocalSearch
+from tinyagent import Agent
+from tinyagent.format.prompts import STOP_WORDS
+from tinyagent.models.base import BaseModel
+from tinyagent.models.replay import ReplayModel
 
-EPISODES = Path(__file__).parent / "episodes"
 MODES = ("original", "stop", "tinyagent")
 QUICK_EPISODES = ("en-speed-of-light", "zh-shopping-total")
-
-
-class EpisodeError(ValueError):
-    """An episode file is malformed, or replaying it did not give the recorded episode."""
-
-
-@dataclass
-class Episode:
-    id: str
-    lang: str
-    question: str
-    answer: str
-    steps: list[dict]
-
-    def replies(self) -> list[RecordedReply]:
-        return [RecordedReply(s["reply"], s.get("continuation", ""), bool(s.get("runs_on"))) for s in self.steps]
-
-    def search_pages(self) -> list[str]:
-        """The google_search observations in order: the recorded Serper responses, formatted as the tool does."""
-        return [format_results(s["serper"]) for s in self.steps if "serper" in s]
-
-
-def load_episodes(paths: list[Path]) -> list[Episode]:
-    """Episodes of JSONL files; lines with a "_comment" key document the file and are skipped."""
-    episodes = []
-    for path in paths:
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                if "_comment" in record:
-                    continue
-                episode = Episode(record["id"], record["lang"], record["question"], record["answer"], record["steps"])
-                if not episode.steps or not all(isinstance(s.get("reply"), str) for s in episode.steps):
-                    raise KeyError("reply")
-            except (ValueError, KeyError, TypeError, AttributeError) as e:
-                raise EpisodeError(f"{path}:{number}: not an episode ({type(e).__name__}: {e})") from None
-            episodes.append(episode)
-    return episodes
-
-
-class RecordedSearch(GoogleSearch):
-    """google_search as the model sees it, answering with an episode's recorded Serper pages in order."""
-
-    def __init__(self, pages: list[str]):
-        super().__init__(api_key="no-key:recorded-episode")  # never sent; any key is registered as a secret
-        self.pages = list(pages)
-
-    def call(self, search_query: str) -> str:
-        if not self.pages:
-            raise ToolError("no recorded search result left for this episode")
-        return self.pages.pop(0)
-
-
-@functools.cache
-def local_search() -> LocalSearch:
-    return LocalSearch()
-
-
-def episode_tools(episode: Episode) -> list:
-    """The tools every episode offers: recorded google_search, the real calculator and local_search."""
-    return [RecordedSearch(episode.search_pages()), Calculator(), local_search()]
-
-
-def tokenizer_texts(episodes: list[Episode]) -> list[str]:
-    """Everything the replay prompts hold, to train a tokenizer for a random checkpoint."""
-    texts = [react.build_system_prompt(episode_tools(episodes[0]), lang) for lang in ("en", "zh")]
-    for e in episodes:
-        texts += [e.question, e.answer, *e.search_pages()]
-        texts += [s["reply"] + s.get("continuation", "") for s in e.steps]
-    texts += [d.text for d in local_search().corpus.documents]
-    return texts
 
 
 # --- replay ------------------------------------------------------------------------------
@@ -155,7 +76,7 @@ def strategy_models(model) -> dict:
 def run_replay(model, episodes: list[Episode], max_new_tokens: int) -> list[dict]:
     """Every episode under every strategy, after a warm-up call (first kernels, stop-string tables)."""
     models = strategy_models(model)
-    models["tinyagent"].generate([{"role": "user", "content": "Hi"}], stop=react.STOP_WORDS, max_new_tokens=4)
+    models["tinyagent"].generate([{"role": "user", "content": "Hi"}], stop=STOP_WORDS, max_new_tokens=4)
     rows = []
     for episode in episodes:
         for mode in MODES:  # alternating, so machine noise hits every strategy alike
@@ -236,7 +157,7 @@ def run_live(model, episodes: list[Episode], max_new_tokens: int, constrained: b
             kinds = [s.kind for s in result.steps]
             rows.append({"episode": episode.id, "variant": variant, "steps": len(result.steps), "kinds": kinds,
                          "tool_calls": sum(k in ("action", "tool_error") for k in kinds),
-                         "format_errors": sum(k in FORMAT_ERROR_KINDS for k in kinds),
+                         "format_errors": sum(k.format_error for k in kinds),
                          "stop_reason": result.stop_reason, "answer": result.answer,
                          "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
                          "seconds": round(result.seconds, 2)})
@@ -289,11 +210,11 @@ def decode_report(model, rows: list[dict], spec_gbs: float | None) -> dict:
 
 def load_model(args, episodes: list[Episode], workdir: str):
     """(model, description) as the command line asks; with --concurrency N, N requests decode together."""
-    from tinyagent.llm.hf import MAX_BATCH
+    from tinyagent.models.hf import MAX_BATCH
 
     batch = {"max_batch": max(MAX_BATCH, args.concurrency or 0)}
     if args.random_internlm2:
-        from tinyagent.llm.internlm2 import InternLM2Chat
+        from tinyagent.models.internlm2 import InternLM2Chat
 
         folder = Path(args.checkpoint_dir or workdir) / f"internlm2-{args.random_internlm2}"
         if not (folder / "config.json").is_file():
@@ -302,11 +223,11 @@ def load_model(args, episodes: list[Episode], workdir: str):
         model = InternLM2Chat(str(folder), device=args.device, dtype=args.dtype, **batch)
         return model, f"random InternLM2 {args.random_internlm2}"
     if args.model:
-        from tinyagent.llm.hf import HFChatModel
+        from tinyagent.models.hf import HFChatModel
 
         return HFChatModel(args.model, device=args.device, dtype=args.dtype, gguf_file=args.gguf_file,
                            **batch), args.model
-    from tinyagent.llm import default_model
+    from tinyagent.models import default_model
 
     return default_model(device=args.device, dtype=args.dtype, **batch), "SmolLM2-135M-Instruct Q4_1 (embedded)"
 

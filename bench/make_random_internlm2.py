@@ -1,6 +1,6 @@
 """Write a randomly initialised InternLM2 chat checkpoint in the real layout (config.json, sharded
 safetensors with packed `attention.wqkv`, sentencepiece tokenizer.model with the special tokens on
-placeholder pieces, tokenizer_config.json), loadable by `tinyagent.llm.internlm2.InternLM2Chat`.
+placeholder pieces, tokenizer_config.json), loadable by `tinyagent.models.internlm2.InternLM2Chat`.
 
 For measuring speed with the real shapes when the real weights cannot be downloaded:
 `python bench/make_random_internlm2.py OUT --shape 1_8b` (internlm2-chat-1_8b's shapes, bf16, 3.8 GB).
@@ -13,6 +13,8 @@ import io
 import json
 from collections.abc import Iterable
 from pathlib import Path
+
+from recorded import EPISODES, load_episodes, tokenizer_texts
 
 # internlm/internlm2-chat-1_8b's config.json shapes; "tiny" keeps the layout and vocabulary for CPU checks.
 SHAPES = {
@@ -134,8 +136,6 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    from episode_cost import EPISODES, load_episodes, tokenizer_texts
-
     texts = tokenizer_texts(load_episodes(sorted(EPISODES.glob("*.jsonl"))))
     print(write_checkpoint(args.folder, args.shape, texts, args.dtype, args.seed))
 

@@ -6,9 +6,8 @@ import signal
 import pytest
 
 from tinyagent import BaseModel, Completion
-from tinyagent.llm import trim_at_stop
-from tinyagent.trace import secret_scope
-
+from tinyagent.secrets import secret_scope
+from tinyagent.text import trim_at_stop
 
 # A shell without job control starts background commands with SIGINT ignored, and an ignored signal
 # stays ignored in every child: the Ctrl-C tests' processes would never see their SIGINT. Catching it
@@ -82,7 +81,7 @@ def embedded_model():
     import os
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from tinyagent.llm import default_model
+    from tinyagent.models import default_model
 
     return default_model()
 # --- end of model fixtures ----------------------------------------------------------------

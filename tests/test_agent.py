@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from tinyagent import Agent, AgentResult, BaseModel, Completion, tool
-from tinyagent.react import STOP_WORDS
+from tinyagent.format.prompts import STOP_WORDS
 from tinyagent.tools import Calculator
 
 CALL_2_10 = 'Thought: I should compute.\nAction: calculator\nAction Input: {"expression": "2**10"}'
@@ -337,7 +337,7 @@ def test_repeatable_tools_may_repeat_a_call(scripted):
 
 
 def test_examples_per_language(scripted):
-    from tinyagent.prompts import examples_for
+    from tinyagent.format.examples import examples_for
 
     agent = Agent(scripted([]), tools=[Calculator()],
                   examples={lang: examples_for(["calculator"], lang) for lang in ("en", "zh")})
@@ -378,9 +378,9 @@ class FailingAt(BaseModel):
 
 
 def test_a_model_error_ends_the_run_with_its_steps_kept(monkeypatch):
-    from tinyagent import trace
-    monkeypatch.setattr(trace, "_extra_secrets", set())
-    trace.register_secret("sk-model-secret-99")
+    from tinyagent import secrets as secret_store
+    monkeypatch.setattr(secret_store, "_extra_secrets", set())
+    secret_store.register_secret("sk-model-secret-99")
     calls = [f'Action: calculator\nAction Input: {{"expression": "{i}+1"}}' for i in range(2)]
     model = FailingAt(calls, RuntimeError("HTTP 400 from server: key sk-model-secret-99\nbody"), at=2)
     result = Agent(model, tools=[Calculator()], max_turns=5).run("count")

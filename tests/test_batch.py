@@ -8,8 +8,10 @@ import pytest
 from openai_stub import OpenAIStub
 
 from tinyagent import Agent, BaseModel
-from tinyagent.batch import BatchItem, one_line_error, run_many
-from tinyagent.llm import OpenAIChatModel
+from tinyagent.models import OpenAIChatModel
+from tinyagent.runs import RunItem as BatchItem
+from tinyagent.runs import run_many
+from tinyagent.text import one_line as one_line_error
 from tinyagent.tools import Calculator
 
 KEY = "sk-batch-3d9e7b1f-secret"

@@ -16,10 +16,11 @@ import pytest
 import torch
 from tiny_models import build_tiny_model
 
-from tinyagent import Agent, react
-from tinyagent.llm import packed
-from tinyagent.llm.hf import HFChatModel
-from tinyagent.llm.prefix_cache import common_prefix_length
+from tinyagent import Agent
+from tinyagent.engine import packed
+from tinyagent.engine.prefix_cache import common_prefix_length
+from tinyagent.format.prompts import STOP_WORDS, build_system_prompt
+from tinyagent.models.hf import HFChatModel
 from tinyagent.tools import Calculator
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -134,12 +135,12 @@ def test_stop_strings_end_each_request_on_its_own(alone, batched):
 
 def test_streamed_text_equals_returned_text_per_request(batched):
     chunks: list[list[str]] = [[] for _ in QUESTIONS]
-    got = in_threads([lambda i=i: batched.generate(conversation(QUESTIONS[i]), stop=react.STOP_WORDS,
+    got = in_threads([lambda i=i: batched.generate(conversation(QUESTIONS[i]), stop=STOP_WORDS,
                                                    max_new_tokens=30, on_text=chunks[i].append)
                       for i in range(len(QUESTIONS))])
     for text, pieces in zip(got, chunks):
         assert "".join(pieces) == str(text) and len(pieces) > 1
-    streamed = in_threads([lambda i=i: "".join(batched.stream(conversation(QUESTIONS[i]), stop=react.STOP_WORDS,
+    streamed = in_threads([lambda i=i: "".join(batched.stream(conversation(QUESTIONS[i]), stop=STOP_WORDS,
                                                               max_new_tokens=30)) for i in range(len(QUESTIONS))])
     assert streamed == [str(g) for g in got]
 
@@ -193,7 +194,7 @@ def test_a_failed_decode_pass_fails_its_requests_and_frees_their_slots(alone, ba
 
 def test_a_prompt_cut_off_mid_prefill_is_not_kept(alone, batched, monkeypatch):
     """Its cache holds a chunk in some layers only: kept, it would be reused as the conversation's start."""
-    from tinyagent.llm import batching
+    from tinyagent.engine import batching
 
     monkeypatch.setattr(batching, "PREFILL_MAX", 8)
     prompt, other = conversation(QUESTIONS[0]), conversation(QUESTIONS[1])
@@ -237,7 +238,7 @@ def test_a_request_joins_mid_decode_and_leaves_without_stopping_the_others(alone
 
 def test_prompts_prefill_in_chunks_beside_the_others_decoding(alone, batched, monkeypatch):
     """Small chunks: a long prompt goes in over many passes, each also feeding the decoding requests."""
-    from tinyagent.llm import batching
+    from tinyagent.engine import batching
 
     monkeypatch.setattr(batching, "PREFILL_CHUNK", 5)
     monkeypatch.setattr(batching, "PREFILL_MAX", 23)
@@ -251,13 +252,13 @@ def test_prompts_prefill_in_chunks_beside_the_others_decoding(alone, batched, mo
 
 
 def test_each_conversation_keeps_its_cache_between_steps(alone, batched):
-    first = in_threads([lambda q=q: batched.generate(conversation(q), stop=react.STOP_WORDS, max_new_tokens=12)
+    first = in_threads([lambda q=q: batched.generate(conversation(q), stop=STOP_WORDS, max_new_tokens=12)
                         for q in QUESTIONS[:3]])
     follow = [conversation(q, f"{r}\nObservation: 7\n") for q, r in zip(QUESTIONS[:3], first)]
-    second = in_threads([lambda m=m: batched.generate(m, stop=react.STOP_WORDS, max_new_tokens=12) for m in follow])
+    second = in_threads([lambda m=m: batched.generate(m, stop=STOP_WORDS, max_new_tokens=12) for m in follow])
     for m, prev, out in zip(follow, first, second):
         assert out.cached_tokens >= prev.prompt_tokens  # the whole earlier prompt came from its own kept cache
-        assert str(out) == str(alone.generate(m, stop=react.STOP_WORDS, max_new_tokens=12))
+        assert str(out) == str(alone.generate(m, stop=STOP_WORDS, max_new_tokens=12))
     assert len(batched._batcher.prefixes) == 3
 
 
@@ -293,7 +294,7 @@ def test_sliding_window_models_keep_the_one_at_a_time_path(tmp_path):
 
 
 def test_agents_arriving_together_compute_their_shared_system_prompt_once(alone, batched):
-    long = [[{"role": "system", "content": react.build_system_prompt(TOOLS)}, {"role": "user", "content": q}]
+    long = [[{"role": "system", "content": build_system_prompt(TOOLS)}, {"role": "user", "content": q}]
             for q in QUESTIONS[:4]]
     ids = [alone.encode_prompt(alone.render_prompt(m)) for m in long]
     shared = min(common_prefix_length(ids[0], i) for i in ids[1:])
@@ -332,7 +333,7 @@ def test_an_abandoned_stream_leaves_the_batch(alone, batched):
 def test_a_request_past_the_dynamic_rope_length_runs_alone(tmp_path):
     from test_internlm2 import VARIANTS, write_internlm2
 
-    from tinyagent.llm.internlm2 import InternLM2Chat
+    from tinyagent.models.internlm2 import InternLM2Chat
 
     write_internlm2(tmp_path, **VARIANTS["gqa-dynamic-safetensors"], max_pos=128)
     model = InternLM2Chat(str(tmp_path), device="cpu", dtype="float32")

@@ -14,8 +14,9 @@ import pytest
 from conftest import ScriptedModel
 from openai_stub import OpenAIStub
 
-from tinyagent import cli, config, react
-from tinyagent import trace as tracing
+from tinyagent import cli, config
+from tinyagent import secrets as secret_store
+from tinyagent.format.prompts import FORCE_FINAL
 
 ROOT = Path(__file__).resolve().parent.parent
 TINYAGENT = str(Path(sys.executable).parent / "tinyagent")  # the installed console script
@@ -67,7 +68,7 @@ def use_model(monkeypatch):
     """use_model(model) makes `tinyagent` get `model` instead of loading one; returns it."""
     monkeypatch.delenv("SERPER_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.setattr(tracing, "_extra_secrets", set())  # secrets other tests registered
+    monkeypatch.setattr(secret_store, "_extra_secrets", set())  # secrets other tests registered
 
     def install(model):
         def build(cfg):
@@ -136,7 +137,7 @@ def test_forced_answer_at_the_turn_cap_is_shown_with_its_prompt(use_model, capsy
     use_model(StreamingModel([SEARCH_THEN_ANSWER[0], " 42"]))
     code, out, _ = run_cli(capsys, "ask", "--max-turns", "1", "--tools", "calculator", "What is 6*7?")
     assert code == 0
-    assert "Observation: 42\n" + react.FORCE_FINAL["en"] + " 42\n" in out
+    assert "Observation: 42\n" + FORCE_FINAL["en"] + " 42\n" in out
     assert "answer forced at the turn cap" in out
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from tinyagent import config
 from tinyagent.config import ConfigError, load_config, model_overrides, select_tools
-from tinyagent.trace import redact
+from tinyagent.secrets import redact
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "configs").glob("*.yaml"))
@@ -193,7 +193,7 @@ class Recorder:
 
 
 def test_build_model_maps_each_backend(monkeypatch, tmp_path, caplog):
-    from tinyagent import llm
+    from tinyagent import models as llm
 
     for name in ("HFChatModel", "InternLM2Chat", "OpenAIChatModel", "default_model"):
         monkeypatch.setitem(vars(llm), name, Recorder)
@@ -219,7 +219,7 @@ def test_build_model_maps_each_backend(monkeypatch, tmp_path, caplog):
 
 
 def test_build_model_reads_the_api_key_from_the_named_variable_and_treats_it_as_secret(monkeypatch):
-    from tinyagent import llm
+    from tinyagent import models as llm
 
     monkeypatch.setitem(vars(llm), "OpenAIChatModel", Recorder)
     monkeypatch.setenv("MY_SERVER_TOKEN", "tok-very-secret-123")

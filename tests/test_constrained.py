@@ -13,14 +13,23 @@ import pytest
 import torch
 from openai_stub import OpenAIStub
 
-from tinyagent import Agent, cli, react, tool
+from tinyagent import Agent, cli, tool
 from tinyagent.config import ConfigError, build_model, load_config
-from tinyagent.llm import constrained
-from tinyagent.llm.hf import HFChatModel
-from tinyagent.llm.openai import OpenAIChatModel
-from tinyagent.scoring import VALID_KINDS, reply_kind
+from tinyagent.engine import constrained
+from tinyagent.eval.scoring import VALID_KINDS
+from tinyagent.format.observations import format_observation
+from tinyagent.format.prompts import STOP_WORDS, build_system_prompt
+from tinyagent.format.step_format import ANSWER_FORMAT, StepFormat, arguments_pattern, step_format
+from tinyagent.models.hf import HFChatModel
+from tinyagent.models.openai import OpenAIChatModel
+from tinyagent.text import detect_lang
 from tinyagent.tools import Calculator
 from tinyagent.tools.local_search import LocalSearch
+from tinyagent.tutorial import (
+    parse_action_input,
+    parse_final_answer,
+    parse_latest_plugin_call,
+)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -39,27 +48,27 @@ def book_table(restaurant: str, people: int, outdoor: bool = False, note: str | 
 
 
 TOOLS = [Calculator(), LocalSearch(), book_table]
-FMT = react.step_format(TOOLS)
+FMT = step_format(TOOLS)
 QUESTIONS = ["What is 12 times 6?", "Which year was Jay Chou born?", "周杰伦哪年出生？",
              "Book a table for 4 at Luigi's, outside please.", "hi"]
 
 
 def conversation(question: str, scratchpad: str = "") -> list[dict]:
-    messages = [{"role": "system", "content": react.build_system_prompt(TOOLS, react.detect_lang(question))},
+    messages = [{"role": "system", "content": build_system_prompt(TOOLS, detect_lang(question))},
                 {"role": "user", "content": question}]
     return messages + ([{"role": "assistant", "content": scratchpad}] if scratchpad else [])
 
 
-def assert_valid_step(reply: str, fmt: react.StepFormat = FMT) -> None:
+def assert_valid_step(reply: str, fmt: StepFormat = FMT) -> None:
     """The reply is one whole step of `fmt`, and the agent's parser reads a valid call or an answer."""
     assert re.fullmatch(constrained.pattern_of(fmt), reply), reply
-    name, args, _ = react.parse_latest_plugin_call(reply)
+    name, args, _ = parse_latest_plugin_call(reply)
     if name:
         tool_ = {t.name_for_model: t for t in TOOLS}[name]
-        arguments = react.parse_action_input(args)
+        arguments = parse_action_input(args)
         assert tool_.validate(arguments) is not None and set(arguments) <= {p["name"] for p in tool_.parameters}
     else:
-        assert fmt.final_answer and react.parse_final_answer(reply)
+        assert fmt.final_answer and parse_final_answer(reply)
 
 
 class Spy:
@@ -100,11 +109,11 @@ def test_the_pattern_accepts_valid_steps_and_rejects_the_rest():
 
 
 def test_a_first_step_must_call_a_tool_and_a_forced_answer_is_one_line():
-    first = constrained.pattern_of(react.step_format(TOOLS, final_answer=False))
+    first = constrained.pattern_of(step_format(TOOLS, final_answer=False))
     assert not re.fullmatch(first, "Thought: x\nFinal Answer: 1")
     assert re.fullmatch(first, 'Thought: x\nAction: calculator\nAction Input: {"expression": "1"}')
-    assert react.step_format([], final_answer=False).final_answer  # no tools: answering is the only way
-    answer = constrained.pattern_of(react.ANSWER_FORMAT)
+    assert step_format([], final_answer=False).final_answer  # no tools: answering is the only way
+    answer = constrained.pattern_of(ANSWER_FORMAT)
     assert re.fullmatch(answer, " 72 km/h") and re.fullmatch(answer, "72")
     assert not re.fullmatch(answer, " ") and not re.fullmatch(answer, " 72\nThought: more")
 
@@ -115,11 +124,11 @@ def test_tool_names_are_literals_and_bad_schemas_say_which():
         """Search."""
         return q
 
-    pattern = constrained.pattern_of(react.step_format([odd]))
+    pattern = constrained.pattern_of(step_format([odd]))
     assert re.fullmatch(pattern, 'Thought: x\nAction: web.search+\nAction Input: {"q": "a"}')
     assert not re.fullmatch(pattern, 'Thought: x\nAction: webXsearchh\nAction Input: {"q": "a"}')
     with pytest.raises(ValueError, match="cannot constrain arguments with the schema .*Unsupported type"):
-        constrained.arguments_pattern('{"type": "object", "properties": {"a": {"type": "money"}}}')
+        arguments_pattern('{"type": "object", "properties": {"a": {"type": "money"}}}')
 
 
 def test_missing_outlines_is_a_one_line_install_hint(monkeypatch, tiny, tiny_llama_dir):
@@ -127,7 +136,7 @@ def test_missing_outlines_is_a_one_line_install_hint(monkeypatch, tiny, tiny_lla
     with pytest.raises(ImportError) as e:
         constrained.require_outlines()
     assert str(e.value) == "constrained decoding needs outlines: pip install 'tinyagent[constrained]'"
-    fresh_pattern = react.StepFormat(tools=(("never_compiled", '{"type": "object"}'),))
+    fresh_pattern = StepFormat(tools=(("never_compiled", '{"type": "object"}'),))
     with pytest.raises(ImportError, match="pip install 'tinyagent"):
         tiny.generate(conversation("hi"), constraint=fresh_pattern)
     cfg = load_config(overrides={"model.backend": "hf", "model.path": str(tiny_llama_dir), "agent.constrained": True})
@@ -144,14 +153,14 @@ def tiny(tiny_llama_dir):
 
 @pytest.mark.parametrize("spare_tokens", [0, 10, 400])
 def test_random_weights_always_give_a_valid_step(tiny, spare_tokens):
-    first = react.step_format(TOOLS, final_answer=False)
+    first = step_format(TOOLS, final_answer=False)
     _, compiled = constrained.compile_pattern(tiny.tokenizer, constrained.pattern_of(first))
     max_new_tokens = int(compiled.to_final[compiled.initial]) + spare_tokens  # the shortest call, and more
     scratchpad = ('Thought: I will compute it.\nAction: calculator\nAction Input: {"expression": "12*6"}'
                   "\nObservation: 72\n")
     for question in QUESTIONS:
         for fmt, pad in ((first, ""), (FMT, scratchpad)):
-            reply = tiny.generate(conversation(question, pad), stop=react.STOP_WORDS, constraint=fmt,
+            reply = tiny.generate(conversation(question, pad), stop=STOP_WORDS, constraint=fmt,
                                   max_new_tokens=max_new_tokens)
             assert reply.completion_tokens <= max_new_tokens
             assert_valid_step(str(reply), fmt)
@@ -159,12 +168,12 @@ def test_random_weights_always_give_a_valid_step(tiny, spare_tokens):
 
 def test_sampling_streaming_and_cache_reuse_keep_working(tiny):
     pieces: list[str] = []
-    first = tiny.generate(conversation(QUESTIONS[0]), stop=react.STOP_WORDS, constraint=FMT, temperature=1.0,
+    first = tiny.generate(conversation(QUESTIONS[0]), stop=STOP_WORDS, constraint=FMT, temperature=1.0,
                           top_p=0.9, max_new_tokens=120, on_text=pieces.append)
     assert_valid_step(str(first))
     assert "".join(pieces) == str(first) and len(pieces) > 3
-    pad = str(first) + react.format_observation("72")
-    second = tiny.generate(conversation(QUESTIONS[0], pad), stop=react.STOP_WORDS, constraint=FMT,
+    pad = str(first) + format_observation("72")
+    second = tiny.generate(conversation(QUESTIONS[0], pad), stop=STOP_WORDS, constraint=FMT,
                            max_new_tokens=120)
     assert_valid_step(str(second))  # a fresh automaton state per call
     assert second.cached_tokens > first.prompt_tokens - 8  # the first call's prompt came from the cache
@@ -172,7 +181,7 @@ def test_sampling_streaming_and_cache_reuse_keep_working(tiny):
 
 def test_each_line_ends_within_its_token_budget(tiny):
     """A line gets `max_line_tokens`, or the fewest it can take when its fixed text is longer."""
-    fmt = react.StepFormat(tools=FMT.tools, max_line_tokens=10)
+    fmt = StepFormat(tools=FMT.tools, max_line_tokens=10)
     vocab, compiled = constrained.compile_pattern(tiny.tokenizer, constrained.pattern_of(fmt))
     longest = 0
     for question in QUESTIONS:
@@ -192,7 +201,7 @@ def test_each_line_ends_within_its_token_budget(tiny):
 
 
 def test_no_token_may_complete_a_stop_string(tiny):
-    calc = react.step_format([Calculator()])
+    calc = step_format([Calculator()])
     for question in QUESTIONS:
         reply = tiny.generate(conversation(question), stop=["q", "Observation:"], constraint=calc,
                               max_new_tokens=200)
@@ -245,11 +254,11 @@ def test_the_agent_asks_for_a_tool_first_an_answer_when_stuck_and_only_the_answe
     result = Agent(model, [Calculator()], constrained=True, max_turns=5).run("What is 6*7?")
     assert [s.kind for s in result.steps] == ["action", "repeated_call", "final_answer"] and result.answer == "42"
     first, second, stuck = (c["kwargs"]["constraint"] for c in model.calls)
-    assert first == react.step_format([Calculator()], final_answer=False)
-    assert second == react.step_format([Calculator()]) and stuck == react.step_format([])
+    assert first == step_format([Calculator()], final_answer=False)
+    assert second == step_format([Calculator()]) and stuck == step_format([])
     model = scripted([call, "Thought: 42"])
     Agent(model, [Calculator()], constrained=True, max_turns=1).run("What is 6*7?")
-    assert model.calls[-1]["kwargs"]["constraint"] == react.ANSWER_FORMAT
+    assert model.calls[-1]["kwargs"]["constraint"] == ANSWER_FORMAT
     model = scripted(["Final Answer: 1"])
     Agent(model, [Calculator()]).run("q")
     assert "constraint" not in model.calls[0]["kwargs"]
@@ -259,7 +268,7 @@ def test_every_constrained_agent_step_of_random_weights_is_valid(tiny):
     for question in QUESTIONS:
         result = Agent(tiny, [Calculator(), book_table], constrained=True, max_turns=2,
                        max_new_tokens=80).run(question)
-        assert all(reply_kind(s, result) in VALID_KINDS for s in result.steps), result.steps
+        assert all(s.kind in VALID_KINDS for s in result.steps), result.steps
         assert result.steps[0].action in ("calculator", "book_table") and result.steps[0].observation
         assert result.answer
 
@@ -269,13 +278,13 @@ def test_every_constrained_agent_step_of_random_weights_is_valid(tiny):
 def test_internlm2_replies_are_valid_steps(tmp_path):
     from test_internlm2 import VARIANTS, write_internlm2
 
-    from tinyagent.llm.internlm2 import InternLM2Chat
+    from tinyagent.models.internlm2 import InternLM2Chat
 
     write_internlm2(tmp_path, **VARIANTS["mha-bias-tied-bin"], max_pos=512)
     model = InternLM2Chat(str(tmp_path))
     for question in QUESTIONS[:3]:
         for max_new_tokens in (16, 120):
-            reply = model.generate(conversation(question), stop=react.STOP_WORDS, constraint=FMT,
+            reply = model.generate(conversation(question), stop=STOP_WORDS, constraint=FMT,
                                    max_new_tokens=max_new_tokens)
             assert_valid_step(str(reply))
 
@@ -286,12 +295,12 @@ def test_internlm2_replies_are_valid_steps(tmp_path):
 def test_smollm2_replies_are_valid_steps_and_it_calls_a_tool(embedded_model):
     calc = [Calculator(), LocalSearch()]
     for question in ("What is 12 times 6?", "周杰伦哪年出生？", "Which year was Jay Chou born?"):
-        fmt = react.step_format(calc)
-        messages = [{"role": "system", "content": react.build_system_prompt(calc)}, {"role": "user", "content": question}]
-        reply = embedded_model.generate(messages, stop=react.STOP_WORDS, constraint=fmt, max_new_tokens=40)
+        fmt = step_format(calc)
+        messages = [{"role": "system", "content": build_system_prompt(calc)}, {"role": "user", "content": question}]
+        reply = embedded_model.generate(messages, stop=STOP_WORDS, constraint=fmt, max_new_tokens=40)
         assert re.fullmatch(constrained.pattern_of(fmt), str(reply)), reply
     result = Agent(embedded_model, calc, constrained=True, max_turns=1, max_new_tokens=48).run("What is 12 times 6?")
-    assert [reply_kind(s, result) for s in result.steps] in (["action", "forced_answer"],
+    assert [s.kind for s in result.steps] in (["action", "forced_answer"],
                                                              ["tool_error", "forced_answer"])
     assert result.steps[0].arguments is not None and result.steps[0].observation and result.answer
 
@@ -309,7 +318,7 @@ def test_openai_sends_the_pattern_to_servers_with_guided_decoding(field):
     assert result.answer == "72" and result.steps[0].observation == "72"
     first, second = (r["body"] for r in stub.requests)
     regex = first[field]["regex"] if field == "structured_outputs" else first[field]
-    assert regex == constrained.pattern_of(react.step_format([Calculator()], final_answer=False))
+    assert regex == constrained.pattern_of(step_format([Calculator()], final_answer=False))
     assert re.fullmatch(regex, STEP_REPLY) and not re.fullmatch(regex, "Final Answer: 72")
     assert "Final Answer" in json.dumps(second)
 
@@ -378,7 +387,7 @@ def test_the_cached_mask_of_a_state_depends_on_the_end_ids(tiny):
 
 
 def test_repetition_options_and_a_shorter_line_budget_keep_replies_valid(tiny):
-    fmt = react.step_format([Calculator()])
+    fmt = step_format([Calculator()])
     for question in QUESTIONS[:3]:
         plain = tiny.generate(conversation(question), constraint=fmt, max_new_tokens=120)
         short = tiny.generate(conversation(question), constraint=fmt, max_new_tokens=120, max_line_tokens=6,

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import pytest
+from conftest import ScriptedModel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tinyagent import Agent, tool
-from tinyagent.context import ContextOverflow, fit, prompt_messages
-
-from conftest import ScriptedModel
+from tinyagent.agent.context import ContextOverflow, fit
+from tinyagent.format.messages import prompt_messages
 
 
 def chars(messages):
@@ -103,7 +103,7 @@ def test_prompt_messages_shape():
 def test_real_tokenizer_and_model_stay_inside_a_small_window(tmp_path):
     from tiny_models import build_tiny_llama
 
-    from tinyagent.llm import HFChatModel
+    from tinyagent.models import HFChatModel
 
     model = HFChatModel(str(build_tiny_llama(tmp_path / "m", max_position_embeddings=1000)), device="cpu",
                         max_new_tokens=16)

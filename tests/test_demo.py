@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_cli import StreamingModel
 
-from tinyagent import trace as tracing
+from tinyagent import secrets as secret_store
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTIONS = ["Which year was Jay Chou born?", "What was his first album?", "周杰伦哪年出生？", "他的第一张专辑是什么？"]
@@ -30,7 +30,7 @@ def load_demo():
 @pytest.fixture
 def demo(monkeypatch):
     monkeypatch.delenv("SERPER_API_KEY", raising=False)
-    monkeypatch.setattr(tracing, "_extra_secrets", set())
+    monkeypatch.setattr(secret_store, "_extra_secrets", set())
     return load_demo()
 
 

@@ -1,9 +1,9 @@
-"""react.detect_lang picks the Chinese prompt for Chinese text only: real sentences in five shapes."""
+"""detect_lang picks the Chinese prompt for Chinese text only: real sentences in five shapes."""
 from __future__ import annotations
 
 import pytest
 
-from tinyagent.react import detect_lang
+from tinyagent.text import detect_lang
 
 CHINESE = [
     "周杰伦哪年出生？",

@@ -6,7 +6,13 @@ import json
 import pytest
 
 from tinyagent import Agent
-from tinyagent.tools import DocstoreLookup, DocstoreSearch, LocalSearch, ToolError, docstore_tools
+from tinyagent.tools import (
+    DocstoreLookup,
+    DocstoreSearch,
+    LocalSearch,
+    ToolError,
+    docstore_tools,
+)
 from tinyagent.tools.docstore import sentences
 from tinyagent.tools.local_search import Corpus, Document
 

@@ -6,9 +6,10 @@ import sys
 
 import pytest
 
-from tinyagent import Agent, react, tool
-from tinyagent.llm import embedded
-from tinyagent.llm.hf import require
+from tinyagent import Agent, tool
+from tinyagent.engine.loading import require
+from tinyagent.format.prompts import STOP_WORDS, build_system_prompt
+from tinyagent.models import embedded
 
 
 def test_finds_the_gguf_file_without_importing_the_package():
@@ -55,13 +56,13 @@ def test_generation_stops_at_observation(embedded_model):
         """Evaluate an arithmetic expression, for example 12*6."""
         return "72"
 
-    messages = [{"role": "system", "content": react.build_system_prompt([calculator], "en")},
+    messages = [{"role": "system", "content": build_system_prompt([calculator], "en")},
                 {"role": "user", "content": "What is 12 times 6?"},
                 {"role": "assistant", "content": 'Thought: I will use the calculator.\nAction: calculator\n'
                                                  'Action Input: {"expression": "12*6"}\n'}]
     unstopped = embedded_model.generate(messages, max_new_tokens=8)
     assert "Observation:" in unstopped
-    stopped = embedded_model.generate(messages, stop=list(react.STOP_WORDS), max_new_tokens=8)
+    stopped = embedded_model.generate(messages, stop=list(STOP_WORDS), max_new_tokens=8)
     assert stopped == unstopped[: unstopped.find("Observation:")]
     assert stopped.completion_tokens < 8
     assert stopped.cached_tokens == stopped.prompt_tokens - 1  # same prompt again: all but one token reused

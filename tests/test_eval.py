@@ -7,11 +7,11 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from conftest import ScriptedModel
+
 from tinyagent import Agent, tool
 from tinyagent import eval as ev
-from tinyagent.scoring import extract_numbers, normalize_text, reply_kind, score
+from tinyagent.eval.scoring import extract_numbers, normalize_text, score
 from tinyagent.tools.base import ToolError
 from tinyagent.tools.calculator import Calculator
 
@@ -266,7 +266,7 @@ def test_evaluate_classifies_success_format_and_tool_errors(concurrency):
 def test_reply_kind_at_the_turn_cap_with_no_answer():
     model = ScriptedModel([CALL % "1+1", CALL % "1+2", ""])
     result = Agent(model, [Calculator()], max_turns=2).run("q")
-    assert [reply_kind(s, result) for s in result.steps] == ["action", "action", "no_forced_answer"]
+    assert [s.kind for s in result.steps] == ["action", "action", "no_forced_answer"]
     assert result.stop_reason == "no_forced_answer" and not result.finished
 
 

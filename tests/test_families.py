@@ -9,10 +9,11 @@ import pytest
 import torch
 from tiny_models import FAMILIES, SLIDING_WINDOW, build_tiny_model
 
-from tinyagent import Agent, react
-from tinyagent.llm.hf import HFChatModel
-from tinyagent.llm.prefix_cache import sliding_windows
-from tinyagent.scoring import VALID_KINDS
+from tinyagent import Agent
+from tinyagent.engine.prefix_cache import sliding_windows
+from tinyagent.eval.scoring import VALID_KINDS
+from tinyagent.format.prompts import STOP_WORDS, build_system_prompt
+from tinyagent.models.hf import HFChatModel
 from tinyagent.tools import Calculator
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -30,7 +31,7 @@ def pair(request, tmp_path_factory):
     if request.param == "internlm2":
         from test_internlm2 import VARIANTS, write_internlm2
 
-        from tinyagent.llm.internlm2 import InternLM2Chat
+        from tinyagent.models.internlm2 import InternLM2Chat
 
         write_internlm2(folder, **VARIANTS["mha-bias-tied-bin"], max_pos=2048)
         model = InternLM2Chat(str(folder), dtype="float32")
@@ -51,7 +52,7 @@ class Recorder:
 
 
 def messages(scratchpad: str = "", question: str = QUESTION) -> list[dict]:
-    out = [{"role": "system", "content": react.build_system_prompt(TOOLS)}, {"role": "user", "content": question}]
+    out = [{"role": "system", "content": build_system_prompt(TOOLS)}, {"role": "user", "content": question}]
     return out + ([{"role": "assistant", "content": scratchpad}] if scratchpad else [])
 
 
@@ -87,7 +88,7 @@ def test_free_episode_with_stop_strings_and_streaming_is_identical_with_reuse(pa
     family, model, fresh = pair
     model.reset_cache()
     probe = str(fresh.generate(messages(), max_new_tokens=16))
-    stop = [*react.STOP_WORDS, probe[len(probe) // 2: len(probe) // 2 + 2]]  # cuts the first reply midway
+    stop = [*STOP_WORDS, probe[len(probe) // 2: len(probe) // 2 + 2]]  # cuts the first reply midway
     with_reuse, rec_a, streamed_a = free_episode(model, stop)
     without, rec_b, streamed_b = free_episode(fresh, stop)
     assert [str(o) for o in with_reuse] == [str(o) for o in without] == streamed_a == streamed_b
@@ -119,7 +120,7 @@ def test_a_new_conversation_reuses_only_what_is_exact(pair):
     prompt exactly, so it is recomputed; full attention reuses the shared prefix."""
     family, model, fresh = pair
     model.reset_cache()
-    free_episode(model, react.STOP_WORDS, steps=3)
+    free_episode(model, STOP_WORDS, steps=3)
     other = messages(question="Who wrote Hamlet?")
     rec_a, rec_b = Recorder(), Recorder()
     out = model.generate(other, max_new_tokens=12, logits_processor=[rec_a])

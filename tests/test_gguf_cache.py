@@ -8,8 +8,9 @@ import os
 
 import pytest
 
-from tinyagent.llm import embedded, gguf_cache
-from tinyagent.llm.hf import load_hf
+from tinyagent.engine import gguf_cache
+from tinyagent.engine.loading import load_hf
+from tinyagent.models import embedded
 
 
 @pytest.fixture

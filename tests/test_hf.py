@@ -10,8 +10,10 @@ from itertools import pairwise
 import pytest
 import torch
 
-from tinyagent.llm.hf import HFChatModel, common_prefix_length, placement
-from tinyagent.llm.streaming import StopHoldback, partial_stop_length
+from tinyagent.engine.loading import placement
+from tinyagent.engine.prefix_cache import common_prefix_length
+from tinyagent.models.hf import HFChatModel
+from tinyagent.text import StopHoldback, partial_stop_length
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -78,7 +80,7 @@ def test_loads_on_cpu_in_the_auto_dtype_and_describes_itself(model, tiny_llama_d
 
 
 def test_placement_rules(monkeypatch):
-    from tinyagent.llm import hf
+    from tinyagent.engine import loading as hf
 
     monkeypatch.setattr(hf, "cpu_has_native_bf16", lambda: False)
     assert placement("cpu", "auto") == (None, torch.float32)
@@ -423,7 +425,7 @@ def test_generation_options_name_what_generate_honours(model):
 
 
 def test_reply_repetition_penalises_only_the_replys_tokens():
-    from tinyagent.llm.repetition import ReplyRepetition
+    from tinyagent.engine.repetition import ReplyRepetition
 
     penalty = ReplyRepetition(penalty=2.0)
     scores = torch.tensor([[4.0, -4.0, 4.0, 4.0]])
@@ -433,7 +435,7 @@ def test_reply_repetition_penalises_only_the_replys_tokens():
 
 
 def test_no_repeat_ngram_bans_within_the_reply_but_never_the_last_way_out():
-    from tinyagent.llm.repetition import ReplyRepetition
+    from tinyagent.engine.repetition import ReplyRepetition
 
     ngram = ReplyRepetition(ngram=2)
     ngram(torch.tensor([[1, 2, 1, 2]]), torch.zeros(1, 4))  # prompt 1 2 1 2: repeats are not the reply's
@@ -461,7 +463,7 @@ def test_no_repeat_ngram_size_stops_a_looping_reply(no_reuse):
 
 def forced_reply(model, messages, text: str, stop: list[str], **kwargs):
     """`model.generate` with the tiny random model made to write `text` token by token."""
-    from tinyagent.llm.replay import ForceTokens, reply_ids
+    from tinyagent.models.replay import ForceTokens, reply_ids
 
     prompt = model.render_prompt(messages)
     ids = reply_ids(model, prompt, model.encode_prompt(prompt), text)
@@ -475,7 +477,7 @@ THINKING = ("<think>The user asks for 2+2.\nObservation: I could use the calcula
 
 @pytest.mark.parametrize("streamed", [False, True])
 def test_stop_strings_do_not_fire_inside_a_think_block(no_reuse, streamed):
-    from tinyagent.react import STOP_WORDS
+    from tinyagent.format.prompts import STOP_WORDS
 
     chunks: list[str] = []
     reply = forced_reply(no_reuse, QUESTION, THINKING, list(STOP_WORDS), on_text=chunks.append if streamed else None)
@@ -486,7 +488,7 @@ def test_stop_strings_do_not_fire_inside_a_think_block(no_reuse, streamed):
 
 
 def test_a_stop_string_mid_line_does_not_end_the_reply_but_one_at_its_start_does(no_reuse):
-    from tinyagent.react import STOP_WORDS
+    from tinyagent.format.prompts import STOP_WORDS
 
     text = "Thought: done\nFinal Answer: My Observation: it is 5"
     assert str(forced_reply(no_reuse, QUESTION, text, list(STOP_WORDS))) == text

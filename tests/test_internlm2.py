@@ -11,8 +11,9 @@ import pytest
 import sentencepiece as spm
 import torch
 
-from tinyagent.llm.internlm2 import DEFAULT_META_INSTRUCTION, InternLM2Chat, split_wqkv
-from tinyagent.llm.internlm2_tokenizer import load_internlm2_tokenizer
+from tinyagent.engine.internlm2_loading import split_wqkv
+from tinyagent.engine.internlm2_tokenizer import load_internlm2_tokenizer
+from tinyagent.models.internlm2 import DEFAULT_META_INSTRUCTION, InternLM2Chat
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -9,7 +9,6 @@ import sys
 import time
 
 import pytest
-
 from openai_stub import OpenAIStub
 
 CALL = 'Thought: compute\nAction: calculator\nAction Input: {"expression": "6*7"}'

@@ -10,8 +10,8 @@ import tracemalloc
 from openai_stub import OpenAIStub
 
 from tinyagent import Agent
-from tinyagent.batch import run_many
-from tinyagent.llm import OpenAIChatModel
+from tinyagent.models import OpenAIChatModel
+from tinyagent.runs import run_many
 from tinyagent.tools import Calculator
 
 

@@ -7,7 +7,13 @@ import pytest
 
 from tinyagent import Agent
 from tinyagent.tools import CorpusError, LocalSearch, ToolArgumentError, ToolError
-from tinyagent.tools.local_search import DEFAULT_CORPUS, Corpus, Document, load_corpus, tokenize
+from tinyagent.tools.local_search import (
+    DEFAULT_CORPUS,
+    Corpus,
+    Document,
+    load_corpus,
+    tokenize,
+)
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 from conftest import ScriptedModel
 
-from tinyagent import Agent, cli, config, react
-from tinyagent import trace as tracing
+from tinyagent import Agent, cli, config
+from tinyagent import secrets as secret_store
 from tinyagent.config import ConfigError, load_config
+from tinyagent.format.prompts import build_system_prompt
 from tinyagent.tools import Calculator, ToolArgumentError, ToolError
-from tinyagent.tools import mcp as mcp_module
 from tinyagent.tools.mcp import MCPServer, MCPServerError, start_servers
-
+from tinyagent.tools.mcp import server as mcp_module
+from tinyagent.trace import dumps
 
 ROOT = Path(__file__).resolve().parent.parent
 ECHO = [str(Path(__file__).with_name("mcp_echo_server.py"))]
@@ -82,7 +83,7 @@ def test_time_server_tools_describe_themselves_for_prompt_validation_and_decodin
     assert "IANA timezone name" in now.parameters[0]["description"]
     assert now.json_schema()["required"] == ["timezone"] and now.json_schema()["additionalProperties"] is False
     assert set(tools["convert_time"].json_schema()["required"]) == {"source_timezone", "time", "target_timezone"}
-    prompt = react.build_system_prompt(time_server.tools, "zh")
+    prompt = build_system_prompt(time_server.tools, "zh")
     assert "get_current_time" in prompt and "IANA timezone name" in prompt
     with pytest.raises(ToolArgumentError, match="missing required parameter"):
         now()
@@ -115,7 +116,7 @@ def test_many_tools_without_an_allow_list_are_a_warning(monkeypatch, caplog):
 
 
 def test_constrained_decoding_patterns_come_from_the_servers_schemas(echo_server):
-    from tinyagent.llm.constrained import arguments_pattern
+    from tinyagent.format.step_format import arguments_pattern
 
     def fits(tool: str, arguments: str) -> bool:
         return re.fullmatch(arguments_pattern(json.dumps(by_name(echo_server)[tool].json_schema())), arguments) is not None
@@ -229,12 +230,12 @@ def test_a_server_killed_mid_run_is_an_error_observation_and_the_run_ends_normal
 
 
 def test_env_values_are_secrets_in_observations_and_errors(monkeypatch):
-    monkeypatch.setattr(tracing, "_extra_secrets", set())
+    monkeypatch.setattr(secret_store, "_extra_secrets", set())
     with MCPServer(sys.executable, ECHO, env={"MCP_ECHO_SECRET": SECRET}) as server:
         assert by_name(server)["whoami"]() == "token=[REDACTED]"
         model = ScriptedModel(["Thought: Who?\nAction: whoami\nAction Input: {}", "Final Answer: done"])
         result = Agent(model, server.tools).run("who am I?")
-    assert SECRET not in tracing.dumps(result) and "token=[REDACTED]" in result.steps[0].observation
+    assert SECRET not in dumps(result) and "token=[REDACTED]" in result.steps[0].observation
 
 
 def test_a_name_clash_names_both_tools_and_closes_what_started():
@@ -294,14 +295,14 @@ def test_ctrl_c_during_a_call_leaves_no_server_process(body):
 # --- config and command line ----------------------------------------------------------------------------
 
 def test_config_reads_servers_and_reports_mistakes_in_one_line(tmp_path, monkeypatch):
-    monkeypatch.setattr(tracing, "_extra_secrets", set())
+    monkeypatch.setattr(secret_store, "_extra_secrets", set())
     path = tmp_path / "mcp.yaml"
     path.write_text(f"agent:\n  tools: []\n  mcp_servers:\n    - command: {sys.executable}\n"
                     f"      args: {json.dumps(TIME)}\n      env: {{TOKEN: {SECRET}}}\n      tools: [get_current_time]\n")
     cfg = load_config(path)
     assert cfg.agent.mcp_servers[0]["tools"] == ["get_current_time"]
     assert "mcp_servers" not in cfg.agent.agent_kwargs()
-    assert SECRET not in tracing.dumps(cfg.to_dict())  # env values are secrets from the moment they are read
+    assert SECRET not in dumps(cfg.to_dict())  # env values are secrets from the moment they are read
     tools = config.build_tools(cfg)
     try:
         assert [t.name_for_model for t in tools] == ["get_current_time"]

@@ -16,10 +16,10 @@ import requests
 from openai_stub import OpenAIStub, count_words
 
 from tinyagent import Agent
+from tinyagent.format.messages import FOLD_INSTRUCTION
+from tinyagent.format.prompts import STOP_WORDS
 from tinyagent.http import RequestFailed
-from tinyagent.llm import OpenAIChatModel
-from tinyagent.llm.openai import FOLD_INSTRUCTION
-from tinyagent.react import STOP_WORDS
+from tinyagent.models import OpenAIChatModel
 from tinyagent.tools import Calculator
 
 KEY = "sk-test-6f1c2e9a-do-not-leak"
@@ -76,7 +76,7 @@ def real_model(server, **kwargs) -> OpenAIChatModel:
 def test_real_round_trip_reports_usage_from_the_server(server):
     from transformers import AutoTokenizer
 
-    from tinyagent.llm import HFChatModel
+    from tinyagent.models import HFChatModel
 
     text = real_model(server).generate(USER)
     tokenizer = AutoTokenizer.from_pretrained(server["dir"])
@@ -123,8 +123,8 @@ def test_real_agent_episode_runs_to_completion_over_http(server, caplog):
     """The episode over HTTP is the episode the same weights give in-process: every step, the stop
     reason, the answer and the token counts (greedy decoding; the in-process model sees the scratchpad
     folded into the user message, as the server does)."""
-    from tinyagent.llm import BaseModel, HFChatModel
-    from tinyagent.llm.openai import fold_scratchpad
+    from tinyagent.format.messages import fold_scratchpad
+    from tinyagent.models import BaseModel, HFChatModel
 
     class Folded(BaseModel):
         def __init__(self, model):

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig
 
-from tinyagent.llm import packed
+from tinyagent.engine import packed
 
 
 def reference(query, key, value, scale):
@@ -105,7 +105,7 @@ def test_append_grows_in_place_and_equals_concatenation():
 def test_slot_pool_attends_each_request_over_exactly_its_own_cache(one_by_one):
     """Slots of different lengths, one freed in the middle (its stale keys must not be read): each request's
     query sees its own keys and the one just written, nothing else."""
-    from tinyagent.llm.slots import SlotPool
+    from tinyagent.engine.slots import SlotPool
 
     torch.manual_seed(0)
     config = LlamaConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=32)

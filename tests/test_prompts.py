@@ -5,9 +5,12 @@ import re
 
 import pytest
 
-from tinyagent import Agent, react
-from tinyagent.prompts import EXAMPLES, examples_for
+from tinyagent import Agent
+from tinyagent.format.examples import EXAMPLES, examples_for
+from tinyagent.format.prompts import format_example
+from tinyagent.text import detect_lang
 from tinyagent.tools import Calculator, GoogleSearch, LocalSearch, docstore_tools
+from tinyagent.tutorial import parse_action_input, parse_latest_plugin_call
 
 ALL_EXAMPLES = [(lang, i) for lang in EXAMPLES for i in range(len(EXAMPLES[lang]))]
 
@@ -30,15 +33,15 @@ def test_example_observations_are_what_the_real_tools_return(lang, index):
 def test_examples_are_in_their_language_with_english_keywords(lang, index):
     example = EXAMPLES[lang][index]
     texts = [example["question"], example["final_thought"], *(s["thought"] for s in example["steps"])]
-    assert all(react.detect_lang(t) == lang for t in texts)
-    transcript = react.format_example(example)
+    assert all(detect_lang(t) == lang for t in texts)
+    transcript = format_example(example)
     keywords = re.findall(r"^([^\n:：]{1,14})[:：]", transcript, re.MULTILINE)
     assert set(keywords) <= {"Question", "Thought", "Action", "Action Input", "Observation", "Final Answer"}
     # the agent's parser reads the example's own steps back as the example means them
     first = transcript.split("\nObservation:")[0].split("\n", 1)[1]
-    name, args, _ = react.parse_latest_plugin_call(first)
+    name, args, _ = parse_latest_plugin_call(first)
     assert name == example["steps"][0]["action"]
-    assert react.parse_action_input(args) == example["steps"][0]["action_input"]
+    assert parse_action_input(args) == example["steps"][0]["action_input"]
 
 
 def test_every_language_has_a_calculator_a_search_and_a_docstore_example():
@@ -88,5 +91,5 @@ def test_examples_render_into_the_agents_system_prompt(scripted, lang, question,
     assert system.endswith(f"\n\n{begin}") and system.count(begin) == 1
     assert system.index("local_search: ") < system.index(header) < system.index(shown)
     for example in examples:
-        assert react.format_example(example) in system
+        assert format_example(example) in system
     assert "Action: lookup" not in system  # no example for a tool the agent does not have

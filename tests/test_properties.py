@@ -6,11 +6,19 @@ import time
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tinyagent import react
-from tinyagent.react import ActionInputError, parse_action_input, parse_latest_plugin_call
-from tinyagent.replies import READING_KINDS
+from tinyagent.format.arguments import ActionInputError
+from tinyagent.format.observations import neutralize_control_tokens
+from tinyagent.format.reading import OBSERVATION, READING_KINDS, read_step
+from tinyagent.text import detect_lang
 from tinyagent.tools import Calculator
 from tinyagent.tools.calculator import CalculatorError, evaluate
+from tinyagent.tutorial import (
+    parse_action_input,
+    parse_final_answer,
+    parse_forced_answer,
+    parse_latest_plugin_call,
+    parse_thought,
+)
 
 # Fragments real replies are made of, so generated text hits the interesting paths often.
 FRAGMENTS = ["Thought:", "Action:", "Action Input:", "Observation:", "Final Answer:", "Action：", "Action Input：",
@@ -28,7 +36,7 @@ def test_parse_latest_plugin_call_contract(text):
     assert isinstance(name, str) and isinstance(args, str) and isinstance(before, str)
     assert "\n" not in name
     assert text.startswith(before)
-    assert react._OBSERVATION.search(before) is None  # nothing from an invented observation on
+    assert OBSERVATION.search(before) is None  # nothing from an invented observation on
     if name:
         assert args in text
     else:
@@ -49,17 +57,17 @@ def test_parse_action_input_contract(text):
 @settings(max_examples=200, deadline=None)
 @given(reply_text)
 def test_other_parsers_never_raise(text):
-    react.parse_final_answer(text)
-    react.parse_thought(text)
-    react.parse_forced_answer(text)
-    react.detect_lang(text)
-    reading = react.read_step(text, [Calculator()])
+    parse_final_answer(text)
+    parse_thought(text)
+    parse_forced_answer(text)
+    detect_lang(text)
+    reading = read_step(text, [Calculator()])
     assert reading.kind in READING_KINDS and text.startswith(reading.text)
     if reading.kind in ("final_answer", "no_action"):
         assert reading.answer is not None and reading.error is None
     elif reading.kind != "action":
         assert reading.error and reading.answer is None
-    out = react.neutralize_control_tokens(text)
+    out = neutralize_control_tokens(text)
     assert "<|im_end|>" not in out and out.replace("\u200b", "") == text.replace("\u200b", "")
 
 

@@ -10,15 +10,25 @@ from pathlib import Path
 import pytest
 import torch
 
-from tinyagent import Agent, context, react
+from tinyagent import Agent
 from tinyagent.agent import Step
-from tinyagent.llm.hf import HFChatModel, common_prefix_length
-from tinyagent.llm.replay import ForceTokens, PassCounter, RecordedReply, ReplayModel, replay_generate
+from tinyagent.engine.prefix_cache import common_prefix_length
+from tinyagent.format.messages import prompt_messages
+from tinyagent.format.prompts import STOP_WORDS
+from tinyagent.format.reading import cut_at_observation
+from tinyagent.models.hf import HFChatModel
+from tinyagent.models.replay import (
+    ForceTokens,
+    PassCounter,
+    RecordedReply,
+    ReplayModel,
+    replay_generate,
+)
 from tinyagent.tools.calculator import Calculator
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
-STOP = list(react.STOP_WORDS)
+STOP = list(STOP_WORDS)
 QUESTION = [{"role": "system", "content": "Answer with tools."}, {"role": "user", "content": "What is 12 times 6?"}]
 TOOL_REPLY = RecordedReply(
     'Thought: I should compute it.\nAction: calculator\nAction Input: {"expression": "12*6"}\nObservation:',
@@ -72,7 +82,7 @@ def test_without_stop_strings_the_continuation_is_decoded_then_discarded(base):
     assert text == TOOL_REPLY.text + TOOL_REPLY.continuation
     assert counts.decoded == len(both) + 1  # and the end-of-turn token that closes it
     assert counts.discarded == counts.decoded - len(ids_of(model, QUESTION, TOOL_REPLY.text)) > 0
-    assert react.cut_at_observation(text) == TOOL_REPLY.text[: -len("\nObservation:")]
+    assert cut_at_observation(text) == TOOL_REPLY.text[: -len("\nObservation:")]
 
 
 def test_a_reply_that_runs_on_is_generated_until_max_new_tokens(base):
@@ -99,7 +109,7 @@ def test_reuse_feeds_exactly_the_new_tokens_and_leaves_a_valid_cache(base):
     assert first.prefilled == len(first_prompt) and first.reused == 0
     kept = first_prompt + ids_of(model, QUESTION, TOOL_REPLY.text)[:-1]  # what went through the model
     step = Step(index=0, text=TOOL_REPLY.text[: -len("\nObservation:")], observation="72")
-    follow = context.prompt_messages(QUESTION, [step])
+    follow = prompt_messages(QUESTION, [step])
     follow_ids = model.encode_prompt(model.render_prompt(follow))
     _, second = replay_generate(model, follow, FINAL_REPLY, stop=STOP)
     shared = min(common_prefix_length(kept, follow_ids), len(follow_ids) - 1)
@@ -207,7 +217,7 @@ def internlm2_dir(bench, tmp_path_factory):
 
 
 def test_shipped_episodes_replay_as_recorded(bench, internlm2_dir):
-    from tinyagent.llm.internlm2 import InternLM2Chat
+    from tinyagent.models.internlm2 import InternLM2Chat
 
     model = InternLM2Chat(str(internlm2_dir), device="cpu")
     assert model.model.config.vocab_size == len(model.tokenizer) == 8192

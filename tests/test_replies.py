@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tinyagent import Agent, tool
-from tinyagent.react import read_step
+from tinyagent.format.reading import read_step
 from tinyagent.tools import Calculator
 
 

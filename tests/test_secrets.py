@@ -9,9 +9,9 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
 from openai_stub import OpenAIStub
-from test_google_search import KEY as SERPER_KEY, SerperServer
+from test_google_search import KEY as SERPER_KEY
+from test_google_search import SerperServer
 
 OPENAI_KEY = "sk-test-openai-5b1e0f77c2"
 SEARCH_CALL = 'Thought: search\nAction: google_search\nAction Input: {"search_query": "Jay Chou"}'

@@ -8,8 +8,9 @@ import logging
 import pytest
 
 from tinyagent import Agent
+from tinyagent.secrets import REDACTED, redact, register_secret, secret_scope, secrets
 from tinyagent.tools import Calculator, GoogleSearch
-from tinyagent.trace import REDACTED, TraceWriter, dumps, redact, register_secret, secret_scope, secrets
+from tinyagent.trace import TraceWriter, dumps
 
 
 def test_redact_env_and_registered_secrets(monkeypatch):
@@ -39,7 +40,7 @@ def test_secret_scope_forgets_what_was_registered_inside():
 
 
 def test_a_key_passed_to_a_tool_or_a_model_is_a_secret():
-    from tinyagent.llm import OpenAIChatModel
+    from tinyagent.models import OpenAIChatModel
 
     GoogleSearch(api_key="serper-arg-key-31337")
     OpenAIChatModel("http://127.0.0.1:9/v1", "m", api_key="sk-arg-key-27182")

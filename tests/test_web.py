@@ -20,11 +20,11 @@ from conftest import ScriptedModel
 from gradio_client import Client
 from live_model import PAUSE, WAIT_S, LiveModel, agents_of, lookup
 from openai_stub import OpenAIStub
-from test_mcp import live_children
 from test_cli import ROOT, SEARCH_THEN_ANSWER, SECRET, TINYAGENT, free_port
+from test_mcp import live_children
 
 from tinyagent import cli, web
-from tinyagent import trace as tracing
+from tinyagent import secrets as secret_store
 from tinyagent.agent import Agent
 from tinyagent.tools.base import tool
 
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:::gradio.queueing")
 @pytest.fixture
 def start_page(monkeypatch):
     """start_page(factory) -> URL of a running page; servers are closed after the test."""
-    monkeypatch.setattr(tracing, "_extra_secrets", set())
+    monkeypatch.setattr(secret_store, "_extra_secrets", set())
     pages = []
 
     def start(factory) -> str:
@@ -227,7 +227,7 @@ def test_errors_are_chat_messages_and_secrets_never_reach_the_page(start_page, m
 
 
 def test_shown_holds_back_a_tail_that_could_start_a_secret(monkeypatch):
-    monkeypatch.setattr(tracing, "_extra_secrets", set())
+    monkeypatch.setattr(secret_store, "_extra_secrets", set())
     monkeypatch.setenv("SERPER_API_KEY", "sekrit-value-123")
     assert web.shown("key: sekrit-va") == "key: "
     assert web.shown("key: sekrit-value-123 and s") == "key: [REDACTED] and "

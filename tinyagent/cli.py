@@ -16,10 +16,13 @@ import time
 import traceback
 from collections.abc import Callable
 
-from . import __version__, config as configuration
+from . import __version__
+from . import config as configuration
 from .http import RequestFailed
-from .report import PROG, Reporter, answer, note, summary  # noqa: F401  (summary: part of the CLI's API)
-from .trace import TraceWriter, dumps, redact
+from .report import PROG, Reporter, answer, note
+from .secrets import redact
+from .text import one_line
+from .trace import TraceWriter, dumps
 
 EXIT_RUNTIME, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 log = logging.getLogger(__name__)
@@ -143,16 +146,10 @@ def load_model(cfg: configuration.Config):
         raise
     except Exception as e:
         log.info("model load failed", exc_info=True)
-        raise LoadError(f"could not load {model_label(cfg)}: {first_line(e)}") from e
+        raise LoadError(f"could not load {model_label(cfg)}: {one_line(e, with_type=False)}") from e
     if cfg.model.backend != "openai":
         note(f"Model ready in {time.perf_counter() - started:.1f} s")
     return model
-
-
-def first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    text = lines[0] if lines else type(error).__name__
-    return redact(text if len(text) <= 300 else text[:297] + "...")
 
 
 def guarded(body: Callable[[], int], verbose: bool = False) -> int:
@@ -160,9 +157,9 @@ def guarded(body: Callable[[], int], verbose: bool = False) -> int:
     try:
         return body()
     except configuration.ConfigError as e:
-        code, message = EXIT_USAGE, first_line(e)
+        code, message = EXIT_USAGE, one_line(e, with_type=False)
     except (LoadError, RequestFailed) as e:
-        code, message = EXIT_RUNTIME, first_line(e)
+        code, message = EXIT_RUNTIME, one_line(e, with_type=False)
     except KeyboardInterrupt:
         note("interrupted")
         return EXIT_INTERRUPTED
@@ -170,7 +167,7 @@ def guarded(body: Callable[[], int], verbose: bool = False) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return EXIT_RUNTIME
     except Exception as e:
-        code, message = EXIT_RUNTIME, f"{type(e).__name__}: {first_line(e)}"
+        code, message = EXIT_RUNTIME, one_line(e)
         if not verbose:
             message += " (run with --verbose for details)"
     if verbose:

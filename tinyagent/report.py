@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import sys
 
-from . import react
-from .trace import TraceWriter, dumps, redact, secrets, to_jsonable
+from .agent import StopReason
+from .format.observations import observation_line
+from .format.prompts import FORCE_FINAL
+from .secrets import redact, secrets
+from .text import lang_for
+from .trace import TraceWriter, dumps, to_jsonable
 
 PROG = "tinyagent"
 
@@ -17,13 +21,15 @@ def note(message: str) -> None:
     print(f"{PROG}: {redact(message)}", file=sys.stderr, flush=True)
 
 
+#: How a summary line says why a run ended (an answer needs no word).
 STOP_REASONS = {
-    "no_action": "the reply had no ReAct labels: taken as the answer",
-    "max_turns": "answer forced at the turn cap",
-    "no_forced_answer": "no answer even at the turn cap",
-    "context_overflow": "stopped: the context window is full",
-    "model_error": "stopped: the model failed",
-    "stopped": "stopped on request",
+    StopReason.FINAL_ANSWER: "",
+    StopReason.NO_ACTION: "the reply had no ReAct labels: taken as the answer",
+    StopReason.MAX_TURNS: "answer forced at the turn cap",
+    StopReason.NO_FORCED_ANSWER: "no answer even at the turn cap",
+    StopReason.CONTEXT_OVERFLOW: "stopped: the context window is full",
+    StopReason.MODEL_ERROR: "stopped: the model failed",
+    StopReason.STOPPED: "stopped on request",
 }
 
 
@@ -36,8 +42,8 @@ def summary(result) -> str:
     else:
         parts.append("tokens not reported by the model")
     parts.append(f"{result.seconds:.1f} s")
-    if result.stop_reason != "final_answer":
-        parts.append(STOP_REASONS.get(result.stop_reason, f"stopped: {result.stop_reason}"))
+    if result.stop_reason != StopReason.FINAL_ANSWER:
+        parts.append(STOP_REASONS.get(result.stop_reason) or f"stopped: {result.stop_reason}")
     return "[" + ", ".join(parts) + "]"
 
 
@@ -100,7 +106,7 @@ class Reporter:
             return
         if len(self.steps) >= self.max_turns and not self._forced_shown:
             self._forced_shown = True
-            self._out(react.FORCE_FINAL[self.lang] + ("" if text[0].isspace() else " "))
+            self._out(FORCE_FINAL[self.lang] + ("" if text[0].isspace() else " "))
         self._stream_out(text)
         self._streamed, self._line_open = True, not text.endswith("\n")
 
@@ -113,14 +119,13 @@ class Reporter:
         self._stream_out("", final=True)
         if not self._streamed:  # --no-stream, or a backend that does not stream
             forced = step.index >= self.max_turns
-            self._out((react.FORCE_FINAL[self.lang] + " " if forced else "") + step.text.lstrip(" ") + "\n")
+            self._out((FORCE_FINAL[self.lang] + " " if forced else "") + step.text.lstrip(" ") + "\n")
         elif self._line_open:
             self._out("\n")
         self._line_open = self._streamed = False
-        if step.observation is not None:
-            self._out(f"Observation: {step.observation}\n")
-        elif step.error:
-            self._out(f"Error: {step.error}\n")
+        line = observation_line(step)
+        if line is not None:
+            self._out(line + "\n")
 
     def end(self, result) -> None:
         if self.trace is not None:
@@ -147,7 +152,7 @@ class Reporter:
 
 def answer(agent, reporter: Reporter, question: str, chat: bool = True):
     """Run one question through `agent` (keeping its history when `chat`), reporting as it goes."""
-    lang = agent.lang if agent.lang != "auto" else react.detect_lang(question)
+    lang = lang_for(agent.lang, question)
     reporter.begin(question, lang, agent.max_turns)
     try:
         result = agent.chat(question) if chat else agent.run(question)

@@ -15,10 +15,11 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from . import react
-from .agent import Agent, AgentResult, Step
+from .agent import Agent, AgentResult, Step, StepKind, StopReason
+from .format.observations import observation_line
 from .report import summary
-from .trace import redact, secrets
+from .secrets import redact, secrets
+from .text import clip, detect_lang, lang_for, one_line
 
 if TYPE_CHECKING:
     import gradio as gr
@@ -37,7 +38,6 @@ LABELS = {
            "stopped": "已在第 {n} 步后停止。", "no_answer": "没有最终答案。", "error": "错误：{e}",
            "busy": "上一个问题还在运行：请稍候，或按“停止”。"},
 }
-NO_REPLY = ("model_error", "context_overflow")  # steps that record why a run ended: shown in its answer line
 INSTALL_HINT = "the chat page needs gradio: pip install 'tinyagent[web]'"
 
 
@@ -93,7 +93,7 @@ class Reply:
         else:
             if result.finished:
                 head = result.answer
-            elif result.stop_reason == "stopped":
+            elif result.stop_reason == StopReason.STOPPED:
                 head = self.labels["stopped"].format(n=len(result.steps))
             else:  # the model failed, the context is full, or no answer came at the turn cap
                 head = self.labels["error"].format(e=result.error) if result.error else self.labels["no_answer"]
@@ -101,7 +101,8 @@ class Reply:
 
     def messages(self) -> Messages:
         done = self.answer is not None
-        out = [self._block(step, "done" if done else None) for step in self.steps if step.kind not in NO_REPLY]
+        # a step without a reply records why the run ended: its answer line says so
+        out = [self._block(step, "done" if done else None) for step in self.steps if step.kind.has_reply]
         if self.writing.strip():
             title = self.labels["step"].format(n=len(self.steps) + 1)
             out.append(_message(shown(self.writing), {"title": title, "status": "pending"}))
@@ -111,37 +112,26 @@ class Reply:
 
     def _block(self, step: Step, status: str | None) -> dict:
         """A step as a collapsible message: titled with its tool, the arguments as its log line."""
-        name = step.action or {"final_answer": self.labels["final"], "forced_answer": self.labels["forced"],
-                               "no_forced_answer": self.labels["forced"]}.get(step.kind, step.kind)
+        name = step.action or {StepKind.FINAL_ANSWER: self.labels["final"], StepKind.FORCED_ANSWER:
+                               self.labels["forced"], StepKind.NO_FORCED_ANSWER: self.labels["forced"]}.get(
+                                   step.kind, str(step.kind))
         meta = {"title": f"{self.labels['step'].format(n=step.index + 1)} · {name}",
                 "duration": round(step.model_seconds + step.tool_seconds, 2)}
         if step.arguments is not None:
-            meta["log"] = _clip(json.dumps(step.arguments, ensure_ascii=False), 200)
+            meta["log"] = clip(json.dumps(step.arguments, ensure_ascii=False), 200)
         elif step.action_input:
-            meta["log"] = _clip(step.action_input, 200)
+            meta["log"] = clip(step.action_input, 200)
         if status:
             meta["status"] = status
         body = step.text.strip()
-        if step.observation is not None:
-            body += f"\n\nObservation: {step.observation}"
-        elif step.error:
-            body += f"\n\nError: {step.error}"
+        line = observation_line(step)
+        if line is not None:
+            body += f"\n\n{line}"
         return _message(redact(body), redact(meta))
-
-
-def one_line(error: BaseException, limit: int = 300) -> str:
-    """`Type: first line of the message`, redacted: what a chat shows of an error (never a traceback)."""
-    lines = str(error).strip().splitlines()
-    text = redact(f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _message(content: str, metadata: dict | None = None) -> dict:
     return {"role": "assistant", "content": content, **({"metadata": metadata} if metadata else {})}
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class Session:
@@ -156,7 +146,7 @@ class Session:
 
     def ask(self, question: str) -> Iterator[Messages]:
         """Run `question` in a worker thread, yielding the chat after each batch of events."""
-        lang = self.agent.lang if self.agent.lang != "auto" else react.detect_lang(question)
+        lang = lang_for(self.agent.lang, question)
         reply, before = Reply(lang), self.messages + [{"role": "user", "content": redact(question)}]
         outcome: dict = {}
 
@@ -258,7 +248,7 @@ class ChatPage:
         def respond(question: str, request: gr.Request):
             for chat in self.respond(request.session_hash, question):
                 if chat is None:
-                    gr.Warning(LABELS[react.detect_lang(question)]["busy"])
+                    gr.Warning(LABELS[detect_lang(question)]["busy"])
                     yield gr.skip(), question
                 else:
                     yield chat, ""

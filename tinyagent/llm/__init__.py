@@ -1,22 +1,20 @@
-"""Model backends. Heavy ones (torch, transformers) are imported only when first used."""
+"""Deprecated: the backends moved to `tinyagent.models` (and the local engine to `tinyagent.engine`).
+
+`from tinyagent.llm import HFChatModel` still works, with a DeprecationWarning; import from
+`tinyagent.models` instead.
+"""
 from __future__ import annotations
 
-import importlib
+import warnings
 
-from .base import BaseModel, Completion, trim_at_stop, usage_of
+from .. import models
 
-_LAZY = {
-    "HFChatModel": "hf",
-    "InternLM2Chat": "internlm2",
-    "OpenAIChatModel": "openai",
-    "default_model": "embedded",
-}
-
-__all__ = ["BaseModel", "Completion", "trim_at_stop", "usage_of", *_LAZY]
+_NAMES = {"BaseModel", "Completion", "usage_of", *models.LAZY}
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        module = importlib.import_module(f".{_LAZY[name]}", __name__)
-        return getattr(module, name)
+    if name in _NAMES:
+        warnings.warn(f"tinyagent.llm is deprecated: import {name} from tinyagent.models",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(models, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

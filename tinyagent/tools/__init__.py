@@ -1,10 +1,12 @@
 """Tools the agent can call. Each describes itself for the prompt and validates its arguments."""
+from . import mcp
 from .base import FunctionTool, Tool, ToolArgumentError, ToolError, ToolTimeout, invoke, tool
 from .calculator import Calculator
 from .docstore import DocstoreLookup, DocstoreSearch, docstore_tools
 from .google_search import GoogleSearch
 from .llm_tool import LLMTool
 from .local_search import CorpusError, LocalSearch
+from .mcp import MCPServerError
 
 __all__ = ["Tool", "FunctionTool", "ToolError", "ToolArgumentError", "ToolTimeout", "invoke", "tool",
            "Calculator", "GoogleSearch", "LocalSearch", "CorpusError", "DocstoreSearch", "DocstoreLookup",
@@ -13,8 +15,6 @@ __all__ = ["Tool", "FunctionTool", "ToolError", "ToolArgumentError", "ToolTimeou
 
 def __getattr__(name: str):
     """MCPServer on first use: its module brings asyncio, which `import tinyagent` does not need."""
-    if name in ("MCPServer", "MCPServerError"):
-        from . import mcp
-
-        return getattr(mcp, name)
+    if name == "MCPServer":
+        return mcp.MCPServer
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 from ..http import RequestFailed, json_body, post_json
-from ..trace import register_secret
+from ..secrets import register_secret
 from .base import Tool, ToolError
 
 SERPER_URL = "https://google.serper.dev/search"

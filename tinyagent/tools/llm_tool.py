@@ -1,7 +1,7 @@
 """The LLM fallback tool: answer a sub-question from the model's own knowledge."""
 from __future__ import annotations
 
-from ..react import detect_lang
+from ..text import detect_lang
 from .base import Tool, ToolError
 
 SYSTEM = {

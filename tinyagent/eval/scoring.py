@@ -1,5 +1,5 @@
-"""Eval suites and how their answers are judged: normalised text match, tolerant numeric match,
-and whether each model reply followed the ReAct format.
+"""Eval suites and how their answers are judged: normalised text match and tolerant numeric match.
+Whether each model reply followed the ReAct format is its step's kind (`StepKind.format_valid`).
 
 The rules, and why:
 - A gold answer that is a JSON number (int / float) is scored numerically: the LAST number in
@@ -25,10 +25,8 @@ import string
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .agent import AgentResult, Step
+from ..agent import Step, StepKind
 
 Gold = str | int | float | list
 
@@ -116,20 +114,9 @@ def is_valid_gold(gold) -> bool:
 
 # --- format validity of model replies ------------------------------------------------------------
 
-#: Reply kinds that followed the ReAct format, and those that did not.
-VALID_KINDS = ("final_answer", "action", "tool_error", "repeated_call", "forced_answer")
-FORMAT_ERROR_KINDS = ("no_action", "empty", "malformed", "unknown_tool", "bad_input", "no_forced_answer")
-
-
-def reply_kind(step: Step, result: AgentResult | None = None) -> str:
-    """Classify one model reply for format accounting: the Step's own `kind` (see agent.STEP_KINDS).
-
-    Format-valid: a final answer, a call of a known tool whose input parsed and validated (whatever
-    the tool then did; a repeated call is still well formed), a non-empty forced answer at the cap.
-    Format errors: no_action (prose taken as the answer), empty, malformed, unknown_tool, bad_input,
-    no_forced_answer.
-    """
-    return step.kind
+#: Reply kinds that followed the ReAct format, and those that did not (`StepKind` says which is which).
+VALID_KINDS = tuple(k for k in StepKind if k.format_valid)
+FORMAT_ERROR_KINDS = tuple(k for k in StepKind if k.format_error)
 
 
 def tool_error(step: Step) -> str | None:
@@ -137,7 +124,7 @@ def tool_error(step: Step) -> str | None:
 
     Format errors and repeated calls are not tool errors: the tool never ran.
     """
-    return step.error if step.kind == "tool_error" else None
+    return step.error if step.kind == StepKind.TOOL_ERROR else None
 
 
 # --- suites -------------------------------------------------------------------------------------

@@ -8,18 +8,19 @@ is kept and only the tokens after the longest common prefix (compared on token i
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import logging
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
-from .base import BaseModel, Completion, Message, TextCallback, trim_at_stop
-from .gguf_cache import cached_folder
-from .prefix_cache import PrefixCache, common_prefix_length  # noqa: F401  (re-exported)
-from .repetition import ReplyRepetition
-from .streaming import CancelCriterion, StopHoldback, TextStop, make_streamer, stream_in_thread
+from ..engine import batching, constrained, packed
+from ..engine.loading import load_hf
+from ..engine.prefix_cache import PrefixCache
+from ..engine.repetition import ReplyRepetition
+from ..engine.streaming import CancelCriterion, StopHoldback, TextStop, make_streamer, stream_in_thread
+from ..format.messages import Message
+from ..text import TextCallback, trim_at_stop
+from .base import BaseModel, Completion
 
 log = logging.getLogger(__name__)
 
@@ -32,69 +33,6 @@ DEFAULT_GENERATION = {"max_new_tokens": 512, "temperature": 0.0, "top_p": 1.0, "
 MAX_BATCH = 8        # concurrent generate calls decoded together (1: one at a time, behind a lock)
 KEPT_PREFIXES = 16   # conversations whose KV cache is kept between calls when batching
 _DECODE_CONTEXT = 4  # prompt tokens decoded along with new ones, so a leading space survives decoding
-
-
-def require(modules: tuple[str, ...], purpose: str) -> None:
-    """Raise ImportError with the pip command when a module needed for `purpose` is missing."""
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ImportError(f"{purpose} needs {', '.join(missing)}: pip install {' '.join(missing)}")
-
-
-def cpu_has_native_bf16() -> bool:
-    """True on x86 CPUs with AVX512-BF16 (AMX ones have it too), where bf16 matmuls run natively."""
-    import torch
-
-    check = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
-    try:
-        return bool(check and check())
-    except RuntimeError:
-        return False
-
-
-def placement(device: str = "auto", dtype="auto"):
-    """(device_map, torch dtype): bf16 (fp16 without bf16) and device_map="auto" on CUDA; on CPU bf16
-    where the CPU computes it natively (faster there, see README), float32 elsewhere."""
-    import torch
-
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if dtype == "auto":
-        if str(device).startswith("cuda"):
-            dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        else:
-            dtype = torch.bfloat16 if str(device) == "cpu" and cpu_has_native_bf16() else torch.float32
-    elif isinstance(dtype, str):
-        if not isinstance(getattr(torch, dtype, None), torch.dtype):
-            raise ValueError(f"unknown dtype {dtype!r}: use 'auto', 'bfloat16', 'float16' or 'float32'")
-        dtype = getattr(torch, dtype)
-    if device == "cuda":
-        require(("accelerate",), "device_map='auto'")
-        return "auto", dtype
-    return (None if device == "cpu" else {"": device}), dtype
-
-
-def load_hf(model_id_or_path: str, device: str = "auto", dtype="auto", gguf_file: str | None = None,
-            trust_remote_code: bool = False):
-    """(model, tokenizer) from a hub id or a local folder, or a GGUF file in it (a local one is
-    converted once and then loaded from the cache, see `llm.gguf_cache`)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    extra = {}
-    if gguf_file:
-        require(("gguf", "accelerate"), "loading a GGUF file")
-        local = Path(model_id_or_path) / gguf_file
-        converted = cached_folder(local) if local.is_file() else None  # a hub file converts every time
-        if converted is not None:
-            model_id_or_path = str(converted)
-        else:
-            extra["gguf_file"] = gguf_file
-    device_map, torch_dtype = placement(device, dtype)
-    tokenizer = AutoTokenizer.from_pretrained(model_id_or_path, trust_remote_code=trust_remote_code, **extra)
-    model = AutoModelForCausalLM.from_pretrained(
-        model_id_or_path, dtype=torch_dtype, device_map=device_map, trust_remote_code=trust_remote_code, **extra)
-    model.eval()
-    return model, tokenizer
 
 
 class HFChatModel(BaseModel):
@@ -136,13 +74,10 @@ class HFChatModel(BaseModel):
         self.end_token_ids = self._end_token_ids()
         self._prefix = PrefixCache(model, reuse_cache)
         self._lock = threading.Lock()
-        # --- batching: concurrent calls decode together, each conversation's cache kept (llm/batching.py) ---
-        from .batching import Batcher, supports
-        from .packed import install
-
-        install(model)  # transformers' sdpa, but one-token steps read grouped keys once (llm/packed.py)
-        self._batcher = (Batcher(model, max_batch, kept_prefixes if reuse_cache else 0)
-                         if max_batch > 1 and supports(model) else None)
+        # batching: concurrent calls decode together, each conversation's cache kept (engine/batching.py)
+        packed.install(model)  # transformers' sdpa, but one-token steps read grouped keys once (engine/packed.py)
+        self._batcher = (batching.Batcher(model, max_batch, kept_prefixes if reuse_cache else 0)
+                         if max_batch > 1 and batching.supports(model) else None)
 
     def _end_token_ids(self) -> list[int]:
         """eos ids of the generation config and the tokenizer, plus any end-of-turn token it has."""
@@ -199,10 +134,10 @@ class HFChatModel(BaseModel):
                  **ignored) -> Completion:
         """Continue `messages`; returns the new text (before the first stop string) with usage counts.
 
-        `constraint` (a `react.StepFormat`) keeps the reply in that format (needs outlines, see
-        `llm.constrained`); the compiled automaton is cached, its per-call state is not.
+        `constraint` (a `format.step_format.StepFormat`) keeps the reply in that format (needs outlines, see
+        `engine.constrained`); the compiled automaton is cached, its per-call state is not.
         `max_line_tokens` replaces the format's line budget. `repetition_penalty` and
-        `no_repeat_ngram_size` act within the reply only (`llm.repetition`). Setting `cancel` ends
+        `no_repeat_ngram_size` act within the reply only (`engine.repetition`). Setting `cancel` ends
         generation after the current token (what `stream` does when abandoned).
         """
         self.check_generation_options(ignored)
@@ -214,11 +149,9 @@ class HFChatModel(BaseModel):
         config = self._generation_config(options)
         processors = list(logits_processor or [])
         if constraint is not None:
-            from .constrained import step_processor
-
             if line_budget:
                 constraint = dataclasses.replace(constraint, max_line_tokens=line_budget)
-            processors.append(step_processor(self.tokenizer, constraint, end_ids=self.end_token_ids,
+            processors.append(constrained.step_processor(self.tokenizer, constraint, end_ids=self.end_token_ids,
                                              max_new_tokens=config.max_new_tokens, stop=stop))
         if penalty != 1.0 or ngram:
             processors.append(ReplyRepetition(penalty, ngram))  # after the format: it only picks among allowed

@@ -3,21 +3,28 @@ check and constrained decoding; its `tools/call` result as the text of an observ
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from .base import Tool
-
-if TYPE_CHECKING:
-    from .mcp import MCPServer
+from ...text import clip
+from ..base import Tool
 
 #: Tool and parameter descriptions longer than this are cut, so many tools still fit the prompt.
 DESCRIPTION_CHARS = 300
 
 
+class ToolServer(Protocol):
+    """What an MCP tool needs of its server (`MCPServer` is one)."""
+
+    label: str
+
+    def call_tool(self, name: str, arguments: dict) -> str:
+        """Run the tool; the result as text, or ToolError."""
+
+
 class MCPTool(Tool):
     """One tool of an MCP server, described by the server's name, description and input schema."""
 
-    def __init__(self, server: MCPServer, spec, description_chars: int = DESCRIPTION_CHARS):
+    def __init__(self, server: ToolServer, spec, description_chars: int = DESCRIPTION_CHARS):
         self.server = server
         self.name_for_model = spec.name
         annotations = getattr(spec, "annotations", None)
@@ -74,5 +81,4 @@ def _parameters(schema: dict, chars: int) -> list[dict]:
 
 
 def _shorten(text: str, chars: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= chars else text[: chars - 3].rstrip() + "..."
+    return clip(" ".join(text.split()), chars, "...")

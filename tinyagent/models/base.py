@@ -1,11 +1,10 @@
-"""The model interface: one method to implement, `generate`."""
+"""The model interface (layer 2): one method to implement, `generate`."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
 
-Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
-TextCallback = Callable[[str], None]
+from ..format.messages import Message
+from ..tutorial import TutorialModel
 
 
 class Completion(str):
@@ -47,48 +46,7 @@ def usage_of(text: str) -> dict:
     }
 
 
-def stop_index(text: str, stop: Iterable[str] | None) -> int | None:
-    """Where the earliest stop string in `text` begins, or None.
-
-    A stop string that starts with a newline means "at a line start", so it also matches at the very
-    start of the text without its newline. Stop strings inside a reasoning block (`<think>…</think>`,
-    or one still open) do not count: a model may think about an observation without ending its reply.
-    """
-    from ..replies import mask_thinking  # pure text; imported here to keep llm.base dependency-free
-
-    visible = mask_thinking(text) if "think>" in text.lower() else text
-    cut = None
-    for s in stop or ():
-        if not s:
-            continue
-        i = visible.find(s)
-        if s.startswith("\n") and visible.startswith(s[1:]):
-            i = 0
-        if i >= 0 and (cut is None or i < cut):
-            cut = i
-    return cut
-
-
-def trim_at_stop(text: str, stop: Iterable[str] | None) -> str:
-    """Cut `text` before the earliest stop string (see `stop_index`)."""
-    cut = stop_index(text, stop)
-    return text if cut is None else text[:cut]
-
-
-def history_to_messages(history: Iterable | None) -> list[Message]:
-    """TinyAgent history (a list of (user, assistant) pairs) or message dicts -> messages."""
-    messages: list[Message] = []
-    for item in history or ():
-        if isinstance(item, dict):
-            messages.append({"role": item["role"], "content": item["content"]})
-        else:
-            user, assistant = item
-            messages.append({"role": "user", "content": user})
-            messages.append({"role": "assistant", "content": assistant})
-    return messages
-
-
-class BaseModel(ABC):
+class BaseModel(TutorialModel, ABC):
     """A chat model. Subclasses implement `generate`; everything else is built on it.
 
     `generate(messages, stop, **kwargs)` returns only new text. When the last message is an
@@ -97,6 +55,7 @@ class BaseModel(ABC):
     pass, all optional for a subclass to honour: `max_new_tokens`, `temperature`, `top_p`,
     `on_text` (a callback receiving text as it is generated), `constraint` (the step format).
     Backends call `check_generation_options` so a misspelt setting is an error, not ignored.
+    `chat(prompt, history, meta_instruction)` is the tutorial's call shape (`tinyagent.tutorial`).
     """
 
     #: Tokens of this model's chat template that must not appear literally in tool output.
@@ -122,18 +81,6 @@ class BaseModel(ABC):
         if unknown:
             raise TypeError(f"{type(self).__name__}.{where}() got unknown keyword argument(s) "
                             f"{', '.join(map(repr, unknown))}; valid: {', '.join(sorted(valid))}")
-
-    def chat(
-        self, prompt: str, history: list | None = None, meta_instruction: str = ""
-    ) -> tuple[str, list]:
-        """TinyAgent's call shape: one user turn, returns (response, history + [(prompt, response)])."""
-        messages: list[Message] = []
-        if meta_instruction:
-            messages.append({"role": "system", "content": meta_instruction})
-        messages += history_to_messages(history)
-        messages.append({"role": "user", "content": prompt})
-        response = str(self.generate(messages)).strip()
-        return response, list(history or []) + [(prompt, response)]
 
     def count_tokens(self, messages: list[Message]) -> int | None:
         """Prompt length in tokens, when the backend can tell without generating."""

@@ -1,4 +1,4 @@
-"""Tools from MCP servers: every tool a Model Context Protocol server lists becomes a `Tool`.
+"""An MCP server run over stdio: every tool it lists becomes a `Tool`.
 
     with MCPServer("python", ["-m", "mcp_server_time"]) as server:
         agent = Agent(model, server.tools)
@@ -22,13 +22,13 @@ import threading
 import weakref
 from collections.abc import Mapping, Sequence
 
-from ..trace import redact, register_secret
-from .base import Tool, ToolError
-from .mcp_tool import DESCRIPTION_CHARS, MCPTool, result_text
+from ...secrets import redact, register_secret
+from ..base import Tool, ToolError
+from .spec import INSTALL_HINT, MCPServerError
+from .tool import DESCRIPTION_CHARS, MCPTool, result_text
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT = "MCP servers need the mcp package: pip install 'tinyagent[mcp]'"
 #: More tools than this from one server, without a `tools` allow-list, gets a warning: the prompt grows.
 MANY_TOOLS = 12
 #: The SDK's stdio shutdown: close stdin, wait 2 s, SIGTERM the process group, wait 2 s, SIGKILL.
@@ -36,10 +36,6 @@ CLOSE_SECONDS = 10.0
 _LIST_PAGES = 100  # a server whose tool listing never ends cannot hang the start
 
 _open_servers: weakref.WeakSet[MCPServer] = weakref.WeakSet()
-
-
-class MCPServerError(RuntimeError):
-    """An MCP server could not be started, or its tools cannot be used as asked."""
 
 
 class MCPServer:
@@ -54,7 +50,7 @@ class MCPServer:
                  timeout: float = 30.0, tools: Sequence[str] | None = None,
                  description_chars: int = DESCRIPTION_CHARS):
         try:
-            import mcp
+            import mcp  # the optional extra
         except ImportError:
             raise MCPServerError(INSTALL_HINT) from None
         for value in (env or {}).values():
@@ -219,34 +215,6 @@ def _reason(error: BaseException) -> str:
 
 
 # --- servers from a config ------------------------------------------------------------------------
-
-#: The keys of one `agent.mcp_servers` entry, and what each must be.
-SPEC_KEYS = {"command": "a non-empty string", "args": "a list of strings", "env": "a mapping of strings",
-             "timeout": "a positive number of seconds", "tools": "a list of tool names"}
-
-
-def spec_problem(spec) -> str | None:
-    """What is wrong with one `agent.mcp_servers` entry, or None when it can start a server."""
-    if not isinstance(spec, dict):
-        return "must be a mapping with keys " + ", ".join(SPEC_KEYS)
-    unknown = [k for k in spec if k not in SPEC_KEYS]
-    if unknown:
-        return f"unknown key {unknown[0]!r}; valid keys: {', '.join(SPEC_KEYS)}"
-    checks = {
-        "command": lambda v: isinstance(v, str) and v.strip() != "",
-        "args": lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v),
-        "env": lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in (*v, *v.values())),
-        "timeout": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0,
-        "tools": lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v),
-    }
-    if "command" not in spec:
-        return "needs a `command` (the program that runs the server)"
-    for key, value in spec.items():
-        if not checks[key](value):
-            shown = "[REDACTED]" if key == "env" else repr(value)[:60]  # env values are secrets
-            return f"{key} must be {SPEC_KEYS[key]}, not {shown}"
-    return None
-
 
 def start_servers(specs: Sequence[dict], taken: Sequence[Tool] = ()) -> list[Tool]:
     """The tools of a server per spec (each tool's `.server` closes it). A tool name another tool

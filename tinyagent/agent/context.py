@@ -1,20 +1,13 @@
 """Keep every prompt inside the model's context window, shortening it deterministically."""
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
-from . import react
+from ..format.messages import prompt_messages
+from ..format.observations import HISTORY_MARK, HISTORY_MARK_RE, OBSERVATION_MARK, QUESTION_MARK
 
 MIN_OBSERVATION_CHARS = 200
 MIN_QUESTION_CHARS = 200
-OBSERVATION_MARK = {"en": "\n[... shortened to fit the context window ...]",
-                    "zh": "\n[……为适应上下文窗口已缩短……]"}
-QUESTION_MARK = {"en": "\n[... {n} characters omitted to fit the context window ...]\n",
-                 "zh": "\n[……为适应上下文窗口省略了 {n} 个字符……]\n"}
-HISTORY_MARK = {"en": "\n\n[{n} earlier conversation turn(s) omitted to fit the context window.]",
-                "zh": "\n\n[为适应上下文窗口，省略了之前的 {n} 轮对话。]"}
-_HISTORY_MARK_RE = re.compile(r"\n\n\[(?=[^\[\]]*(?:context window|上下文窗口))[^\[\]\d]*(\d+)[^\[\]]*\]$")
 
 
 class ContextOverflow(Exception):
@@ -23,18 +16,6 @@ class ContextOverflow(Exception):
     def __init__(self, message: str, notes: list[str]):
         super().__init__(message)
         self.notes = notes
-
-
-def scratchpad(steps, suffix: str = "") -> str:
-    """The assistant message of a run: each non-final step's reply followed by its observation."""
-    return "".join(s.text + react.format_observation(s.observation or "")
-                   for s in steps if s.final_answer is None) + suffix
-
-
-def prompt_messages(messages: list[dict], steps, suffix: str = "") -> list[dict]:
-    """The messages to send: the conversation, then the scratchpad as a trailing assistant message."""
-    pad = scratchpad(steps, suffix)
-    return [*messages, {"role": "assistant", "content": pad}] if pad else list(messages)
 
 
 def fit(messages: list[dict], steps, suffix: str, count: Callable[[list[dict]], int | None],
@@ -88,7 +69,7 @@ def _drop_oldest_turn(messages: list[dict], lang: str) -> int:
     end = 3 if len(messages) > 3 and messages[1]["role"] == "user" and messages[2]["role"] == "assistant" else 2
     del messages[1:end]
     system = messages[0]["content"]
-    m = _HISTORY_MARK_RE.search(system)
+    m = HISTORY_MARK_RE.search(system)
     dropped = (int(m.group(1)) if m else 0) + 1
     base = system[: m.start()] if m else system
     messages[0] = {**messages[0], "content": base + HISTORY_MARK[lang].format(n=dropped)}

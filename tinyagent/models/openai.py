@@ -17,7 +17,6 @@ Without `guided_decoding` the reply is not constrained, and a warning says so.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import os
@@ -27,26 +26,19 @@ from collections.abc import Iterator
 
 import requests
 
-from .. import react
+from ..format.messages import Message, fold_scratchpad
+from ..format.step_format import pattern_of, require_outlines
 from ..http import RequestFailed, json_body, post_json
-from ..trace import register_secret
-from .base import BaseModel, Completion, Message, TextCallback, trim_at_stop
-from .streaming import StopHoldback
+from ..secrets import register_secret
+from ..text import StopHoldback, TextCallback, trim_at_stop
+from .base import BaseModel, Completion
 
 log = logging.getLogger(__name__)
 
 SCRATCHPAD_MODES = ("continue", "fold")
 GUIDED_DECODING_FIELDS = ("structured_outputs", "guided_regex")
-GUIDED_DECODING_NEEDS = "needs outlines to build its regex: pip install 'tinyagent[constrained]'"
 #: OpenAI's own API accepts at most 4 stop strings; any further ones are applied here only.
 MAX_SERVER_STOPS = 4
-
-FOLD_INSTRUCTION = {
-    "en": "Your reply so far is below. Continue it from exactly where it ends; "
-          "do not repeat any of it.\n\n",
-    "zh": "下面是你到目前为止的回复。请从它结束的地方直接接着写，不要重复其中任何内容。\n\n",
-}
-
 
 class OpenAIChatModel(BaseModel):
     """A chat model behind `POST {base_url}/chat/completions`.
@@ -74,8 +66,8 @@ class OpenAIChatModel(BaseModel):
         if guided_decoding not in (None, *GUIDED_DECODING_FIELDS):
             raise ValueError(f"guided_decoding must be None or one of {GUIDED_DECODING_FIELDS}, "
                              f"not {guided_decoding!r}")
-        if guided_decoding is not None and not regex_engine_available():
-            raise ImportError(f"guided_decoding {GUIDED_DECODING_NEEDS}")
+        if guided_decoding is not None:
+            require_outlines()  # it builds the regex
         self.check_generation_options(generation_defaults, where="__init__", agent_options=False)
         self.base_url = base_url.rstrip("/")
         self.url = f"{self.base_url}/chat/completions"
@@ -164,8 +156,6 @@ class OpenAIChatModel(BaseModel):
                             "(vLLM >= 0.12) or 'guided_regex' (older vLLM) for a server with regex-guided "
                             "decoding", self.base_url)
             return
-        from .constrained import pattern_of
-
         regex = pattern_of(constraint)
         if self.guided_decoding == "structured_outputs":
             payload["structured_outputs"] = {"regex": regex}
@@ -269,27 +259,6 @@ class OpenAIChatModel(BaseModel):
             reason = f"no data for {self.timeout:g}s (timeout)" if timed_out else type(e).__name__
             raise RequestFailed(f"the stream from {self.url} broke off after {received()} characters: {reason}",
                                 retryable=True) from None
-
-
-def regex_engine_available() -> bool:
-    """Whether outlines (its engine, outlines-core) is installed to build the guided-decoding regex.
-
-    Checked when `guided_decoding` is set, so a missing extra fails at start, not at the first step.
-    """
-    return importlib.util.find_spec("outlines_core") is not None
-
-
-def fold_scratchpad(messages: list[Message]) -> list[Message]:
-    """Move a trailing assistant message into the user message before it, with an instruction to continue."""
-    *rest, last = messages
-    scratchpad = last["content"]
-    if rest and rest[-1]["role"] == "user":
-        user = rest.pop()["content"]
-    else:
-        user = ""
-    lang = react.detect_lang(user + scratchpad)
-    content = (user.rstrip() + "\n\n" if user.strip() else "") + FOLD_INSTRUCTION[lang] + scratchpad
-    return [*rest, {"role": "user", "content": content}]
 
 
 def _first_choice(body: dict) -> dict | None:

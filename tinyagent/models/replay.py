@@ -11,7 +11,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
-from .base import BaseModel, Completion, Message
+from ..format.messages import Message
+from .base import BaseModel, Completion
 from .hf import HFChatModel
 
 

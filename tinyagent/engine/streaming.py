@@ -1,67 +1,16 @@
-"""Text as it is generated: decode the new tokens and hold back what may turn into a stop string.
-
-`on_text` must only ever receive text that ends up in the returned text, so a tail such as
-"Obser" (maybe the start of "Observation:") waits until the next tokens show what it is.
+"""Text as a local model generates it: the streamer that decodes new tokens into a `StopHoldback`
+(text.py), stopping criteria read on decoded text, and `stream()` as an iterator over a worker thread.
 """
 from __future__ import annotations
 
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 
-from .base import TextCallback, stop_index, trim_at_stop
+from ..text import StopHoldback, TextCallback, stop_index
 
 log = logging.getLogger(__name__)
-
-
-def partial_stop_length(text: str, stop: Iterable[str]) -> int:
-    """Length of the longest tail of `text` that is a proper prefix of some stop string (or, for a stop
-    string that starts with a newline, all of `text` when it could still become that string without it)."""
-    best = 0
-    for s in stop:
-        if s.startswith("\n") and len(text) < len(s) - 1 and s[1:].startswith(text):
-            best = max(best, len(text))
-        for k in range(min(len(s) - 1, len(text)), best, -1):
-            if text.endswith(s[:k]):
-                best = k
-                break
-    return best
-
-
-class StopHoldback:
-    """Feeds `on_text` with the safe part of the text generated so far.
-
-    `update(text)` takes everything generated so far; `finish(final)` sends what is left of the
-    returned text, so the chunks sent always concatenate to exactly `final`.
-    """
-
-    def __init__(self, on_text: TextCallback, stop: Iterable[str] | None):
-        self.on_text = on_text
-        self.stop = [s for s in stop or () if s]
-        self.sent = ""
-        self.stopped = False
-
-    def update(self, text: str) -> None:
-        if self.stopped:
-            return
-        safe = trim_at_stop(text, self.stop)
-        if len(safe) < len(text):
-            self.stopped = True
-        else:
-            safe = text[: len(text) - partial_stop_length(text, self.stop)]
-        self._send(safe)
-
-    def finish(self, final: str) -> None:
-        if final.startswith(self.sent):
-            self._send(final)
-        else:  # the decoder revised text it had already shown; nothing sensible left to send
-            log.warning("streamed text diverged from the final text; the stream ends early")
-
-    def _send(self, text: str) -> None:
-        if len(text) > len(self.sent) and text.startswith(self.sent):
-            chunk, self.sent = text[len(self.sent):], text
-            self.on_text(chunk)
 
 
 def make_streamer(decode: Callable[[list[int]], str], holdback: StopHoldback):
@@ -92,7 +41,7 @@ def make_streamer(decode: Callable[[list[int]], str], holdback: StopHoldback):
 
 class TextStop:
     """A transformers stopping criterion that is true once the reply holds a stop string, read on its
-    decoded text as `llm.base.stop_index` reads it: a stop string that starts with a newline matches at
+    decoded text as `text.stop_index` reads it: a stop string that starts with a newline matches at
     a line start (the reply's start too), and nothing inside a `<think>` block counts. Token-level
     matching (transformers' StopStringCriteria) can do neither."""
 

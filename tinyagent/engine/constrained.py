@@ -1,6 +1,6 @@
 """Constrained ReAct decoding for local transformers models, built on outlines (the optional extra).
 
-`react.step_pattern` writes one reply as a regular expression; outlines-core (the engine of outlines)
+`format.step_format` writes one reply as a regular expression; outlines-core (the engine of outlines)
 turns each tool's JSON schema into the regex of its arguments and compiles the whole pattern into a
 token automaton for the model's vocabulary. Compiling is done once per (tokenizer, pattern) and
 cached; each `generate` call gets its own `StepProcessor`, which walks the automaton and masks the
@@ -27,38 +27,11 @@ import weakref
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from .. import react
+from ..format.step_format import StepFormat, pattern_of, require_outlines
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT = "constrained decoding needs outlines: pip install 'tinyagent[constrained]'"
-JSON_WHITESPACE = r"[ ]?"  # between JSON tokens: at most one space, never a newline
 MAX_PATTERNS = 16  # compiled patterns kept per tokenizer (one per tool set, plus the forced answer)
-
-
-def require_outlines() -> None:
-    """Raise ImportError with the install command when outlines (and so outlines-core) is missing."""
-    try:
-        import outlines_core  # noqa: F401  (light: the engine only)
-    except ImportError:
-        raise ImportError(INSTALL_HINT) from None
-
-
-@functools.lru_cache(maxsize=256)
-def arguments_pattern(schema_json: str) -> str:
-    """The regex of a JSON object valid for `schema_json` (required keys, types, no other keys)."""
-    require_outlines()
-    from outlines_core.json_schema import build_regex_from_schema
-
-    try:
-        return build_regex_from_schema(schema_json, JSON_WHITESPACE)
-    except (ValueError, TypeError) as e:  # an unsupported or malformed schema
-        raise ValueError(f"cannot constrain arguments with the schema {schema_json[:120]}: {e}") from None
-
-
-def pattern_of(fmt: react.StepFormat) -> str:
-    """The regex of one reply in `fmt`."""
-    return react.step_pattern(fmt, arguments_pattern)
 
 
 # --- compiling ----------------------------------------------------------------------------------
@@ -225,7 +198,7 @@ def _fewest_tokens(targets: list, sources, at_source: int):
 
 # --- decoding -----------------------------------------------------------------------------------
 
-def step_processor(tokenizer, fmt: react.StepFormat, *, end_ids: list[int], max_new_tokens: int,
+def step_processor(tokenizer, fmt: StepFormat, *, end_ids: list[int], max_new_tokens: int,
                    stop: list[str] | None = None) -> StepProcessor:
     """A fresh logits processor for one `generate` call that keeps the reply in `fmt`."""
     vocab, compiled = compile_pattern(tokenizer, pattern_of(fmt))

@@ -1,108 +1,26 @@
-"""YAML configuration: one file per model, turned into the model, the tools and the agent.
+"""Reading a config: YAML and command-line overrides into a checked `Config`.
 
-A config has three sections: `model` (which backend and weights), `generation` (sampling
-settings) and `agent` (language, turn cap, tools). Every key has a default, so an empty file
-(or no file) means the embedded SmolLM2 model. Mistakes are `ConfigError`s whose one-line
-message names the file and the key.
+Mistakes are `ConfigError`s whose one-line message names the file and the key.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 import re
 import types
 import typing
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from .llm.openai import GUIDED_DECODING_FIELDS, GUIDED_DECODING_NEEDS, regex_engine_available
-from .trace import register_secret
+from ..format.step_format import INSTALL_HINT, outlines_available
+from ..models.openai import GUIDED_DECODING_FIELDS, SCRATCHPAD_MODES
+from ..secrets import register_secret
+from ..text import clip
+from ..tools.mcp.spec import spec_problem
+from .schema import BACKENDS, DTYPES, LANGS, SECTIONS, TOOL_NAMES, Config, ConfigError, ModelConfig
 
-log = logging.getLogger(__name__)
-
-BACKENDS = ("embedded", "hf", "internlm2", "openai")
-TOOL_NAMES = ("google_search", "calculator", "local_search")
-LANGS = ("auto", "en", "zh")
-DTYPES = ("auto", "float32", "float16", "bfloat16")
-SCRATCHPAD_MODES = ("continue", "fold")
-SERPER_KEY_ENV = "SERPER_API_KEY"
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 _HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")  # `name` or `org/name`
-
-
-class ConfigError(ValueError):
-    """A configuration mistake a user made; the message is one line naming the file and key."""
-
-
-@dataclass
-class ModelConfig:
-    backend: str = "embedded"
-    path: str | None = None          # hub id or local folder (hf, internlm2)
-    gguf_file: str | None = None     # a .gguf file inside `path` (hf)
-    device: str = "auto"
-    dtype: str = "auto"
-    trust_remote_code: bool = False
-    name: str | None = None          # openai: the served model name
-    base_url: str | None = None      # openai: e.g. http://127.0.0.1:8000/v1
-    api_key_env: str | None = "OPENAI_API_KEY"
-    scratchpad: str = "continue"     # openai: continue the assistant message, or fold it into the user turn
-    guided_decoding: str | None = None  # openai: structured_outputs | guided_regex (vLLM), for constrained runs
-    timeout: float = 60.0
-    max_retries: int = 2
-    max_batch: int = 8               # hf, internlm2, embedded: generate calls run together (1: one at a time)
-    kept_prefixes: int = 16          # hf, internlm2, embedded: conversations whose KV cache is kept between calls
-
-
-@dataclass
-class GenerationConfig:
-    max_new_tokens: int = 512
-    temperature: float = 0.0
-    top_p: float = 1.0
-    # Local models (hf, internlm2, embedded) only; null leaves them out. Within the reply, not the prompt:
-    repetition_penalty: float | None = None   # > 1 lowers tokens the reply already used
-    no_repeat_ngram_size: int | None = None   # bans repeating an n-gram of the reply
-    max_line_tokens: int | None = None        # line budget of constrained replies (react.MAX_LINE_TOKENS)
-
-
-#: AgentConfig fields that choose tools; every other field is passed to `Agent(...)` as is.
-TOOL_FIELDS = ("tools", "corpus", "mcp_servers")
-
-
-@dataclass
-class AgentConfig:
-    lang: str = "auto"
-    max_turns: int = 5
-    tools: list[str] = field(default_factory=lambda: list(TOOL_NAMES))
-    corpus: str | None = None        # JSONL file for local_search
-    mcp_servers: list[dict] = field(default_factory=list)  # [{command, args, env, timeout, tools}]
-    max_observation_chars: int | None = 4000
-    llm_fallback: bool = False           # offer the model itself as a tool when no tool fits
-    distill_observations: bool = False   # have the model shorten long observations
-    constrained: bool | None = None      # decode only valid ReAct steps; null: on for the embedded model
-
-    def agent_kwargs(self) -> dict:
-        """The settings `Agent(...)` takes, under its own keyword names."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in TOOL_FIELDS}
-
-
-SECTIONS: dict[str, type] = {"model": ModelConfig, "generation": GenerationConfig, "agent": AgentConfig}
-
-
-@dataclass
-class Config:
-    model: ModelConfig = field(default_factory=ModelConfig)
-    generation: GenerationConfig = field(default_factory=GenerationConfig)
-    agent: AgentConfig = field(default_factory=AgentConfig)
-    source: str | None = None        # the file it was read from
-
-    def generation_kwargs(self) -> dict:
-        """The generation settings that are set (None ones are left out, so backends without them work)."""
-        return {k: v for k, v in dataclasses.asdict(self.generation).items() if v is not None}
-
-    def to_dict(self) -> dict:
-        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
 
 
 # --- loading ---------------------------------------------------------------------------------
@@ -129,7 +47,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: dict | None = 
 
 
 def _read_yaml(path: str) -> dict:
-    import yaml
+    import yaml  # imported when a file is read: `tinyagent --help` does not need it
 
     try:
         with open(path, encoding="utf-8") as f:
@@ -215,8 +133,7 @@ def _describe(hint) -> str:
 
 
 def _show(value) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return (text if len(text) <= 60 else text[:57] + "...") + f" ({type(value).__name__})"
+    return clip(json.dumps(value, ensure_ascii=False, default=str), 60, "...") + f" ({type(value).__name__})"
 
 
 # --- checking values ---------------------------------------------------------------------------
@@ -270,15 +187,11 @@ def _check_backend(m: ModelConfig, where: typing.Callable[[str], str]) -> None:
             _fail(where, "model.base_url", f"{m.base_url!r} is not an http(s) URL")
         if not m.name:
             _fail(where, "model.name", "backend openai needs the served model name")
-        if m.guided_decoding is not None and not regex_engine_available():  # checked now, not at step 1
-            _fail(where, "model.guided_decoding", GUIDED_DECODING_NEEDS)
+        if m.guided_decoding is not None and not outlines_available():  # checked now, not at step 1
+            _fail(where, "model.guided_decoding", INSTALL_HINT)
 
 
 def _check_mcp_servers(specs: list[dict], where: typing.Callable[[str], str]) -> None:
-    if not specs:
-        return
-    from .tools.mcp import spec_problem  # the mcp SDK itself is imported only to start a server
-
     for i, spec in enumerate(specs):
         for value in (spec.get("env") or {}).values() if isinstance(spec, dict) else ():
             register_secret(value if isinstance(value, str) else None)  # before any error or trace shows it
@@ -320,105 +233,3 @@ def model_overrides(model: str, base_url: str | None = None, backend: str | None
             model_type = None
         return {"model.backend": "internlm2" if model_type == "internlm2" else "hf", "model.path": model}
     return {"model.backend": "internlm2" if "internlm2" in model.lower() else "hf", "model.path": model}
-
-
-# --- building ----------------------------------------------------------------------------------
-
-def build_model(cfg: Config):
-    """The model the config names. Loads weights (or connects nothing yet, for openai)."""
-    from . import llm
-
-    m, gen = cfg.model, cfg.generation_kwargs()
-    if cfg.agent.constrained and m.backend != "openai":  # fail before a slow load, not at the first step
-        from .llm.constrained import require_outlines
-
-        require_outlines()
-    if m.trust_remote_code:
-        log.warning("trust_remote_code is on for %s: Python code from that model repository will run on "
-                    "this machine with your permissions. Use it only for repositories you trust.", m.path)
-    local = {"max_batch": m.max_batch, "kept_prefixes": m.kept_prefixes}
-    if m.backend == "embedded":  # CPU unless a device is named: 135M parameters need no GPU
-        return llm.default_model(**({} if m.device == "auto" else {"device": m.device}), dtype=m.dtype,
-                                 **local, **gen)
-    if m.backend == "hf":
-        return llm.HFChatModel(m.path, device=m.device, dtype=m.dtype, gguf_file=m.gguf_file,
-                               trust_remote_code=m.trust_remote_code, **local, **gen)
-    if m.backend == "internlm2":
-        return llm.InternLM2Chat(m.path, device=m.device, dtype=m.dtype,
-                                 trust_remote_code=m.trust_remote_code, **local, **gen)
-    api_key = os.environ.get(m.api_key_env) if m.api_key_env else None
-    register_secret(api_key)
-    return llm.OpenAIChatModel(m.base_url, m.name, api_key=api_key, timeout=m.timeout,
-                               max_retries=m.max_retries, scratchpad=m.scratchpad,
-                               guided_decoding=m.guided_decoding, **gen)
-
-
-def select_tools(cfg: Config, env: typing.Mapping[str, str] | None = None) -> tuple[list[str], str | None]:
-    """The tool names to use, and a one-line notice when google_search gave way to local_search.
-
-    Without SERPER_API_KEY google search cannot work, so the offline search takes its place
-    and the agent still has a search tool.
-    """
-    names = list(cfg.agent.tools)
-    env = os.environ if env is None else env
-    if "google_search" not in names or env.get(SERPER_KEY_ENV):
-        return names, None
-    at = names.index("google_search")
-    names.remove("google_search")
-    if "local_search" not in names:
-        names.insert(at, "local_search")
-    return names, f"{SERPER_KEY_ENV} is not set: using the offline local_search tool instead of google_search"
-
-
-def build_tools(cfg: Config):
-    """Tool instances for the config (see `select_tools`); the notice, if any, is logged.
-
-    MCP servers in `agent.mcp_servers` are started here; `close_tools` stops them.
-    """
-    from . import tools
-
-    names, notice = select_tools(cfg)
-    if notice:
-        log.warning(notice)
-    built = []
-    for name in names:
-        if name == "google_search":
-            built.append(tools.GoogleSearch())
-        elif name == "calculator":
-            built.append(tools.Calculator())
-        else:
-            from .tools.local_search import LocalSearch
-
-            try:
-                built.append(LocalSearch(corpus_path=cfg.agent.corpus))
-            except (ValueError, OSError) as e:
-                raise ConfigError(f"agent.corpus: {str(e).strip().splitlines()[0]}") from None
-    if cfg.agent.mcp_servers:
-        from .tools.mcp import MCPServerError, start_servers
-
-        try:
-            built += start_servers(cfg.agent.mcp_servers, taken=built)
-        except MCPServerError as e:
-            raise ConfigError(f"agent.mcp_servers: {e}") from None
-    return built
-
-
-def close_tools(tools: list) -> None:
-    """Stop the MCP servers behind `tools` (`build_tools` started them)."""
-    servers = {id(s): s for s in (getattr(t, "server", None) for t in tools) if s is not None}
-    for server in servers.values():
-        server.close()
-
-
-def build_agent(cfg: Config, model=None, tools: list | None = None, **agent_kwargs):
-    """An `Agent` for the config: its tools and model (each built unless given) and settings.
-
-    Tools are built first so a bad corpus fails before a slow model load. `agent_kwargs`
-    (on_step, on_text, ...) are passed to `Agent` and win over the config.
-    """
-    from .agent import Agent
-
-    tools = tools if tools is not None else build_tools(cfg)
-    model = model if model is not None else build_model(cfg)
-    kwargs = {**cfg.agent.agent_kwargs(), **cfg.generation_kwargs(), **agent_kwargs}
-    return Agent(model, tools, **kwargs)

@@ -1,0 +1,305 @@
+"""The ReAct loop: ask the model for a step, run the tool it names, append the observation, repeat."""
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from ..format import prompts
+from ..format.arguments import bad_input_message
+from ..format.kinds import StepKind
+from ..format.messages import Message, history_to_messages, prompt_messages
+from ..format.observations import cut, error_observation, neutralize_control_tokens, repeated_call_observation
+from ..format.reading import Reading, cut_at_observation, read_forced_answer, read_step
+from ..format.step_format import next_step_format, require_outlines
+from ..models.base import BaseModel, usage_of
+from ..text import lang_for, one_line
+from ..tools.base import Tool
+from ..tools.base import tool as make_tool
+from ..tools.llm_tool import LLMTool
+from ..tutorial import TutorialAgent
+from . import context, tool_calls
+from .results import AgentResult, Generation, Step, StopReason
+
+log = logging.getLogger(__package__)  # "tinyagent.agent", for the whole loop
+
+DEFAULT_MAX_OBSERVATION_CHARS = 4000
+DEFAULT_DISTILL_THRESHOLD = 1500
+#: The most of a tool result a distill prompt shows (then fitted to the context window).
+DISTILL_MAX_CHARS = 16_000
+DEFAULT_TOOL_TIMEOUT = 120.0
+
+
+class Agent(TutorialAgent):
+    """A ReAct agent over any `BaseModel` and a list of tools.
+
+    One `Agent` keeps one conversation (`chat`); use one instance per thread.
+    `on_step(step)` is called after each step, `on_text(text)` with text as the model writes it.
+    `constrained=True` has the model decode only replies in the ReAct format for these tools
+    (`format.step_format.next_step_format`); the model must support it (`HFChatModel` with outlines).
+    """
+
+    def __init__(
+        self,
+        model: BaseModel,
+        tools: list[Tool | Callable] | None = None,
+        lang: str = "auto",
+        max_turns: int = 5,
+        system_prompt: str | None = None,
+        examples: list[dict] | dict[str, list[dict]] | None = None,
+        max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS,
+        llm_fallback: bool = False,
+        distill_observations: bool = False,
+        distill_threshold: int = DEFAULT_DISTILL_THRESHOLD,
+        constrained: bool = False,
+        tool_timeout: float | None = DEFAULT_TOOL_TIMEOUT,
+        on_step: Callable[[Step], None] | None = None,
+        on_text: Callable[[str], None] | None = None,
+        **generate_kwargs,
+    ):
+        if lang not in ("auto", "en", "zh"):
+            raise ValueError(f"lang must be 'auto', 'en' or 'zh', not {lang!r}")
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"max_turns must be a whole number of at least 1, not {max_turns!r}")
+        if tool_timeout is not None and not tool_timeout > 0:
+            raise ValueError(f"tool_timeout must be a positive number of seconds or None, not {tool_timeout!r}")
+        _check_generate_keywords(model, generate_kwargs)
+        if constrained:
+            require_outlines()
+        self.model = model
+        self.tools: dict[str, Tool] = {}
+        for t in tools or []:
+            self.add_tool(t)
+        if llm_fallback:
+            self.add_tool(LLMTool(model, lang=None if lang == "auto" else lang))
+        self.lang, self.max_turns, self.system_prompt, self.examples = lang, max_turns, system_prompt, examples
+        self.max_observation_chars = max_observation_chars
+        self.distill_observations, self.distill_threshold = distill_observations, distill_threshold
+        self.constrained, self.tool_timeout = constrained, tool_timeout
+        self.on_step, self.on_text = on_step, on_text
+        self.generate_kwargs = generate_kwargs
+        self.history: list[tuple[str, str]] = []
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        """End the run in progress after its current step (thread-safe); it ends with stop_reason
+        "stopped" and keeps its steps. The next run starts normally."""
+        self._stop.set()
+
+    def add_tool(self, t: Tool | Callable) -> None:
+        t = t if isinstance(t, Tool) else make_tool(t)
+        if t.name_for_model in self.tools:
+            raise ValueError(f"two tools are named {t.name_for_model!r}: {self.tools[t.name_for_model]!r} and {t!r}")
+        self.tools[t.name_for_model] = t
+
+    def system_prompt_for(self, lang: str = "en") -> str:
+        """The system prompt: tool descriptions and the ReAct format in `lang` (or `system_prompt`)."""
+        if self.system_prompt is not None:
+            return self.system_prompt
+        examples = self.examples.get(lang) if isinstance(self.examples, dict) else self.examples
+        return prompts.build_system_prompt(list(self.tools.values()), lang, examples)
+
+    def chat(self, question: str) -> AgentResult:
+        """Answer `question` with the earlier turns of this conversation in context."""
+        result = self.run(question, history=self.history)
+        self.history.append((question, result.answer))
+        return result
+
+    def reset(self) -> None:
+        self.history = []
+
+    # --- the loop -------------------------------------------------------------------------
+
+    def run(self, question: str, history: list | None = None) -> AgentResult:
+        """Answer one question: step until a final answer or `max_turns`, then force one.
+
+        A model that raises ends the run with the steps so far (stop_reason "model_error");
+        KeyboardInterrupt still interrupts.
+        """
+        started = time.perf_counter()
+        self._stop.clear()
+        lang = lang_for(self.lang, question)
+        messages: list[Message] = [{"role": "system", "content": self.system_prompt_for(lang)},
+                                   *history_to_messages(history), {"role": "user", "content": question}]
+        result = AgentResult(question=question, lang=lang)
+        try:
+            reason = self._steps(messages, result, lang)
+        except context.ContextOverflow as e:
+            reason = self._no_reply(result, StepKind.CONTEXT_OVERFLOW, str(e), e.notes)
+        except _ModelFailed as e:
+            reason = self._no_reply(result, StepKind.MODEL_ERROR, e.message)
+        result.stop_reason, result.finished = reason, reason.finished
+        result.seconds = time.perf_counter() - started
+        return result
+
+    def _steps(self, messages: list[Message], result: AgentResult, lang: str) -> StopReason:
+        """The run's steps up to an answer, the turn cap's forced answer, or a stop request."""
+        for index in range(self.max_turns):
+            if self._stop.is_set():
+                return StopReason.STOPPED
+            step = self._record(result, self._step(index, self._generate(messages, result), result, lang))
+            if step.final_answer is not None:
+                result.answer = step.final_answer
+                return StopReason(step.kind)
+        generation = self._generate(messages, result, suffix=prompts.FORCE_FINAL[lang])
+        answer = read_forced_answer(generation.reply)
+        self._record(result, generation.into(Step(
+            index=len(result.steps), text=generation.reply.rstrip(), final_answer=answer or None,
+            kind=StepKind.FORCED_ANSWER if answer else StepKind.NO_FORCED_ANSWER,
+            error=None if answer else "no final answer at the turn cap")))
+        result.answer = answer
+        return StopReason.MAX_TURNS if answer else StopReason.NO_FORCED_ANSWER
+
+    def _no_reply(self, result: AgentResult, kind: StepKind, error: str, notes: list | None = None) -> StopReason:
+        """Record why a run got no reply (its steps so far are kept): the step, and the run's error."""
+        self._record(result, Step(index=len(result.steps), text="", kind=kind, error=error, notes=notes or []))
+        result.answer, result.error = "", error
+        return StopReason(kind)
+
+    def _call_model(self, messages: list[Message], **kwargs) -> str:
+        try:
+            return self.model.generate(messages, **kwargs)
+        except Exception as e:  # a server's 400, out of memory: the run ends, its steps are kept
+            log.info("the model failed", exc_info=True)
+            raise _ModelFailed(one_line(e, limit=None)) from e
+
+    def _generate(self, messages: list[Message], result: AgentResult, suffix: str = "") -> Generation:
+        """One model call on the conversation plus the scratchpad (the run's steps, then `suffix`)."""
+        kwargs = dict(self.generate_kwargs)
+        notes = self._fit_context(messages, result, suffix, kwargs)
+        if self.on_text is not None:
+            kwargs["on_text"] = self.on_text
+        if self.constrained:  # only replies in the ReAct format (next_step_format says which)
+            kwargs["constraint"] = next_step_format(self.tools.values(), result.steps, forced=bool(suffix))
+        prompt = prompt_messages(messages, result.steps, suffix)
+        t0 = time.perf_counter()
+        reply = self._call_model(prompt, stop=list(prompts.STOP_WORDS), **kwargs)
+        seconds = time.perf_counter() - t0
+        usage = usage_of(reply)
+        result.add_usage(usage)
+        return Generation(cut_at_observation(str(reply)), usage, seconds, notes)
+
+    def _fit_context(self, messages: list[Message], result: AgentResult, suffix: str, kwargs: dict) -> list[str]:
+        """Shorten the prompt when it would not leave room for the reply in the model's window."""
+        budget = self._prompt_budget(kwargs)
+        if budget is None:
+            return []
+        notes = context.fit(messages, result.steps, suffix, self.model.count_tokens, budget, result.lang)
+        for note in notes:
+            log.info("context: %s", note)
+        return notes
+
+    def _prompt_budget(self, kwargs: dict) -> int | None:
+        """Tokens a prompt may take: the model's window less the reply's room; None when unknown."""
+        window = getattr(self.model, "context_window", None)
+        if not window:
+            return None
+        max_new = (kwargs.get("max_new_tokens") or getattr(self.model, "generation_defaults", {}).get("max_new_tokens")
+                   or 512)
+        return window - max_new
+
+    # --- one step ------------------------------------------------------------------------
+
+    def _step(self, index: int, generation: Generation, result: AgentResult, lang: str) -> Step:
+        """Read one reply and act on it, with the call's counts."""
+        return generation.into(self._act(index, read_step(generation.reply, self.tools.values(), lang), lang, result))
+
+    def _act(self, index: int, reading: Reading, lang: str, result: AgentResult | None) -> Step:
+        """The step of a reading: a final answer, a tool call, or an error observation (`result` is None
+        outside a run)."""
+        step = Step.of(index, reading)
+        if reading.kind in (StepKind.FINAL_ANSWER, StepKind.NO_ACTION):
+            step.final_answer = reading.answer
+            return step
+        if reading.kind == StepKind.ACTION:
+            return self._call_tool(step, lang, result)
+        return self._format_error(step, reading.kind, reading.error, result)
+
+    def _format_error(self, step: Step, kind: StepKind, message: str, result: AgentResult | None) -> Step:
+        """An error observation; the same mistake twice in a row also gets a complete worked step."""
+        step.kind, step.error = kind, message
+        last = result.steps[-1] if result is not None and result.steps else None
+        repeated = last is not None and last.kind == kind and last.error == message and self.tools
+        worked = (self.tools.get(step.action or "") or next(iter(self.tools.values()))) if repeated else None
+        step.observation = error_observation(message, worked)
+        return step
+
+    def _call_tool(self, step: Step, lang: str, result: AgentResult | None) -> Step:
+        """Resolve, validate, guard and invoke the step's call."""
+        tool = tool_calls.resolve(step, self.tools)
+        try:
+            step.arguments = tool_calls.validate(tool, step)
+        except tool_calls.BAD_ARGUMENTS as e:
+            step.arguments = None
+            return self._format_error(step, StepKind.BAD_INPUT, bad_input_message(tool, e), result)
+        earlier = None if tool.repeatable or result is None else tool_calls.earlier_call(step, result.steps)
+        if earlier is not None:
+            step.kind, step.error = StepKind.REPEATED_CALL, "repeated call"
+            step.observation = repeated_call_observation(step.action, earlier.index + 1)
+            return step
+        raw, step.kind, step.error, step.tool_seconds = tool_calls.run(tool, step.arguments, self.tool_timeout)
+        step.observation = self._observation_text(raw, lang, step.thought, result)
+        if step.observation != raw:
+            step.raw_observation = raw
+        return step
+
+    def _observation_text(self, raw: str, lang: str, thought: str, result: AgentResult | None) -> str:
+        """Tool output as it enters the prompt: control tokens broken, maybe distilled, length capped."""
+        text = neutralize_control_tokens(raw, getattr(self.model, "control_tokens", ()))
+        if self.distill_observations and len(text) > self.distill_threshold:
+            text = self._distill(text, lang, thought, result)
+        limit = self.max_observation_chars
+        return text if limit is None else cut(text, limit, lang)
+
+    def _distill(self, observation: str, lang: str, thought: str, result: AgentResult | None) -> str:
+        """Ask the model to keep only the facts of a long tool result that the current thought needs.
+
+        The result in the distill prompt is cut like any prompt: to DISTILL_MAX_CHARS, then halved
+        until the prompt fits the model's window (when known)."""
+        question = result.question if result is not None else ""
+
+        def prompt_for(text: str) -> list[Message]:
+            return [{"role": "user", "content": prompts.DISTILL_PROMPT[lang].format(
+                question=question, thought=thought or "-", observation=text)}]
+
+        shown = cut(observation, DISTILL_MAX_CHARS, lang)
+        budget = self._prompt_budget(self.generate_kwargs)
+        while budget is not None and len(shown) > 200 and (self.model.count_tokens(prompt_for(shown)) or 0) > budget:
+            shown = cut(observation, len(shown) // 2, lang)
+        reply = self._call_model(prompt_for(shown), **self.generate_kwargs)
+        if result is not None:
+            result.add_usage(usage_of(reply))
+        facts = str(reply).strip()
+        if not facts:
+            return observation
+        return prompts.DISTILLED_LABEL[lang].format(n=len(observation)) + facts
+
+    def _record(self, result: AgentResult, step: Step) -> Step:
+        result.steps.append(step)
+        if self.on_step is not None:
+            self.on_step(step)
+        return step
+
+
+class _ModelFailed(Exception):
+    """The model raised; `message` is its redacted first line."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+def _check_generate_keywords(model: BaseModel, kwargs: dict) -> None:
+    """Refuse generation keywords the model does not take (a typo such as `max_turn=3`), naming the
+    Agent's own arguments (from its signature) and the model's generation options."""
+    options = getattr(model, "generation_options", None)
+    if options is None:
+        return
+    unknown = sorted(set(kwargs) - set(options) - BaseModel.AGENT_OPTIONS)
+    if unknown:
+        agent_args = [p.name for p in inspect.signature(Agent.__init__).parameters.values()
+                      if p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in ("self", "model", "tools")]
+        raise TypeError(f"unknown keyword argument(s) {', '.join(unknown)}: Agent takes {', '.join(agent_args)}, "
+                        f"and {type(model).__name__} generation options {', '.join(sorted(options))}")

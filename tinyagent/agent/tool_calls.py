@@ -1,0 +1,61 @@
+"""A tool call in four parts: resolve the tool the model named, validate its arguments, guard against
+a repeat of an earlier call, invoke it. Each part turns what a model or a tool can get wrong into
+a step the model reads as an observation; only bugs in the agent raise."""
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from ..format.arguments import ActionInputError, read_arguments
+from ..format.kinds import StepKind
+from ..format.observations import tool_failure
+from ..secrets import redact
+from ..tools.base import Tool, ToolError, invoke
+from .results import Step
+
+log = logging.getLogger(__package__)  # "tinyagent.agent", for the whole loop
+
+
+def resolve(step: Step, tools: dict[str, Tool]) -> Tool:
+    """The tool of a step the reply reader resolved (`read_step` names tools by name_for_model)."""
+    return tools[step.action]
+
+
+def validate(tool: Tool, step: Step) -> dict:
+    """The step's arguments, read from its input when the reader did not parse them, checked against
+    the tool's parameters; raises ActionInputError or ToolError with a message for the model."""
+    arguments = step.arguments if step.arguments is not None else read_arguments(step.action_input or "", tool)
+    return tool.validate(arguments)
+
+
+def earlier_call(step: Step, previous: list[Step]) -> Step | None:
+    """An earlier step that ran the same tool with the same arguments and got a result (a call that
+    failed, e.g. timed out, may be tried again)."""
+    key = _key(step.arguments)
+    for earlier in previous:
+        if (earlier.action == step.action and earlier.arguments is not None and earlier.kind == StepKind.ACTION
+                and _key(earlier.arguments) == key):
+            return earlier
+    return None
+
+
+def run(tool: Tool, arguments: dict, timeout: float | None) -> tuple[str, StepKind, str | None, float]:
+    """Invoke `tool`: (its output or an error text, redacted; the step kind; the error; seconds)."""
+    t0 = time.perf_counter()
+    kind, error = StepKind.ACTION, None
+    try:
+        raw = invoke(tool, arguments, timeout)
+    except ToolError as e:
+        raw, error, kind = f"Error: {e}", redact(str(e)), StepKind.TOOL_ERROR
+    except Exception as e:  # a tool bug must not end the run; the model can try something else
+        log.warning("tool %s raised", tool.name_for_model, exc_info=True)
+        raw, error, kind = tool_failure(tool.name_for_model, e), redact(f"{type(e).__name__}: {e}"), StepKind.TOOL_ERROR
+    return redact(raw), kind, error, time.perf_counter() - t0
+
+
+BAD_ARGUMENTS = (ActionInputError, ToolError)  # what `validate` raises
+
+
+def _key(arguments) -> str:
+    return json.dumps(arguments, sort_keys=True, ensure_ascii=False)

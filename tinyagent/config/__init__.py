@@ -1,0 +1,24 @@
+"""Configuration (layer 4): a YAML file per model, turned into the model, the tools and the agent.
+
+- schema.py: the sections and their typed settings with defaults (`Config`).
+- load.py: `load_config` (YAML plus overrides, every value checked) and `model_overrides`.
+- build.py: `build_model`, `build_tools`, `build_agent` from a `Config`.
+"""
+from .build import build_agent, build_model, build_tools, close_tools, select_tools
+from .load import load_config, model_overrides
+from .schema import (
+                     BACKENDS,
+                     DTYPES,
+                     LANGS,
+                     SERPER_KEY_ENV,
+                     TOOL_NAMES,
+                     AgentConfig,
+                     Config,
+                     ConfigError,
+                     GenerationConfig,
+                     ModelConfig,
+)
+
+__all__ = ["AgentConfig", "BACKENDS", "Config", "ConfigError", "DTYPES", "GenerationConfig", "LANGS", "ModelConfig",
+           "SERPER_KEY_ENV", "TOOL_NAMES", "build_agent", "build_model", "build_tools",
+           "close_tools", "load_config", "model_overrides", "select_tools"]

@@ -1,0 +1,104 @@
+"""Building what a config names: the model, the tools (MCP servers started here), the agent."""
+from __future__ import annotations
+
+import logging
+import os
+import typing
+
+from .. import models
+from ..agent import Agent
+from ..format.step_format import require_outlines
+from ..secrets import register_secret
+from ..text import one_line
+from ..tools import Calculator, GoogleSearch, LocalSearch, mcp
+from .schema import SERPER_KEY_ENV, Config, ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def build_model(cfg: Config):
+    """The model the config names. Loads weights (or connects nothing yet, for openai)."""
+    m, gen = cfg.model, cfg.generation_kwargs()
+    if cfg.agent.constrained and m.backend != "openai":  # fail before a slow load, not at the first step
+        require_outlines()
+    if m.trust_remote_code:
+        log.warning("trust_remote_code is on for %s: Python code from that model repository will run on "
+                    "this machine with your permissions. Use it only for repositories you trust.", m.path)
+    local = {"max_batch": m.max_batch, "kept_prefixes": m.kept_prefixes}
+    if m.backend == "embedded":  # CPU unless a device is named: 135M parameters need no GPU
+        return models.default_model(**({} if m.device == "auto" else {"device": m.device}), dtype=m.dtype,
+                                 **local, **gen)
+    if m.backend == "hf":
+        return models.HFChatModel(m.path, device=m.device, dtype=m.dtype, gguf_file=m.gguf_file,
+                               trust_remote_code=m.trust_remote_code, **local, **gen)
+    if m.backend == "internlm2":
+        return models.InternLM2Chat(m.path, device=m.device, dtype=m.dtype,
+                                 trust_remote_code=m.trust_remote_code, **local, **gen)
+    api_key = os.environ.get(m.api_key_env) if m.api_key_env else None
+    register_secret(api_key)
+    return models.OpenAIChatModel(m.base_url, m.name, api_key=api_key, timeout=m.timeout,
+                               max_retries=m.max_retries, scratchpad=m.scratchpad,
+                               guided_decoding=m.guided_decoding, **gen)
+
+
+def select_tools(cfg: Config, env: typing.Mapping[str, str] | None = None) -> tuple[list[str], str | None]:
+    """The tool names to use, and a one-line notice when google_search gave way to local_search.
+
+    Without SERPER_API_KEY google search cannot work, so the offline search takes its place
+    and the agent still has a search tool.
+    """
+    names = list(cfg.agent.tools)
+    env = os.environ if env is None else env
+    if "google_search" not in names or env.get(SERPER_KEY_ENV):
+        return names, None
+    at = names.index("google_search")
+    names.remove("google_search")
+    if "local_search" not in names:
+        names.insert(at, "local_search")
+    return names, f"{SERPER_KEY_ENV} is not set: using the offline local_search tool instead of google_search"
+
+
+def build_tools(cfg: Config):
+    """Tool instances for the config (see `select_tools`); the notice, if any, is logged.
+
+    MCP servers in `agent.mcp_servers` are started here; `close_tools` stops them.
+    """
+    names, notice = select_tools(cfg)
+    if notice:
+        log.warning(notice)
+    built = []
+    for name in names:
+        if name == "google_search":
+            built.append(GoogleSearch())
+        elif name == "calculator":
+            built.append(Calculator())
+        else:
+            try:
+                built.append(LocalSearch(corpus_path=cfg.agent.corpus))
+            except (ValueError, OSError) as e:
+                raise ConfigError(f"agent.corpus: {one_line(e, with_type=False)}") from None
+    if cfg.agent.mcp_servers:
+        try:
+            built += mcp.start_servers(cfg.agent.mcp_servers, taken=built)
+        except mcp.MCPServerError as e:
+            raise ConfigError(f"agent.mcp_servers: {e}") from None
+    return built
+
+
+def close_tools(tools: list) -> None:
+    """Stop the MCP servers behind `tools` (`build_tools` started them)."""
+    servers = {id(s): s for s in (getattr(t, "server", None) for t in tools) if s is not None}
+    for server in servers.values():
+        server.close()
+
+
+def build_agent(cfg: Config, model=None, tools: list | None = None, **agent_kwargs):
+    """An `Agent` for the config: its tools and model (each built unless given) and settings.
+
+    Tools are built first so a bad corpus fails before a slow model load. `agent_kwargs`
+    (on_step, on_text, ...) are passed to `Agent` and win over the config.
+    """
+    tools = tools if tools is not None else build_tools(cfg)
+    model = model if model is not None else build_model(cfg)
+    kwargs = {**cfg.agent.agent_kwargs(), **cfg.generation_kwargs(), **agent_kwargs}
+    return Agent(model, tools, **kwargs)

@@ -1,0 +1,89 @@
+"""What a config is: three sections of typed settings, each with its default.
+
+`model` (which backend and weights), `generation` (sampling settings) and `agent` (language,
+turn cap, tools). Every key has a default, so an empty file (or no file) means the embedded
+SmolLM2 model.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+BACKENDS = ("embedded", "hf", "internlm2", "openai")
+TOOL_NAMES = ("google_search", "calculator", "local_search")
+LANGS = ("auto", "en", "zh")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+SERPER_KEY_ENV = "SERPER_API_KEY"
+
+
+class ConfigError(ValueError):
+    """A configuration mistake a user made; the message is one line naming the file and key."""
+
+
+@dataclass
+class ModelConfig:
+    backend: str = "embedded"
+    path: str | None = None          # hub id or local folder (hf, internlm2)
+    gguf_file: str | None = None     # a .gguf file inside `path` (hf)
+    device: str = "auto"
+    dtype: str = "auto"
+    trust_remote_code: bool = False
+    name: str | None = None          # openai: the served model name
+    base_url: str | None = None      # openai: e.g. http://127.0.0.1:8000/v1
+    api_key_env: str | None = "OPENAI_API_KEY"
+    scratchpad: str = "continue"     # openai: continue the assistant message, or fold it into the user turn
+    guided_decoding: str | None = None  # openai: structured_outputs | guided_regex (vLLM), for constrained runs
+    timeout: float = 60.0
+    max_retries: int = 2
+    max_batch: int = 8               # hf, internlm2, embedded: generate calls run together (1: one at a time)
+    kept_prefixes: int = 16          # hf, internlm2, embedded: conversations whose KV cache is kept between calls
+
+
+@dataclass
+class GenerationConfig:
+    max_new_tokens: int = 512
+    temperature: float = 0.0
+    top_p: float = 1.0
+    # Local models (hf, internlm2, embedded) only; null leaves them out. Within the reply, not the prompt:
+    repetition_penalty: float | None = None   # > 1 lowers tokens the reply already used
+    no_repeat_ngram_size: int | None = None   # bans repeating an n-gram of the reply
+    max_line_tokens: int | None = None        # line budget of constrained replies (react.MAX_LINE_TOKENS)
+
+
+#: AgentConfig fields that choose tools; every other field is passed to `Agent(...)` as is.
+TOOL_FIELDS = ("tools", "corpus", "mcp_servers")
+
+
+@dataclass
+class AgentConfig:
+    lang: str = "auto"
+    max_turns: int = 5
+    tools: list[str] = field(default_factory=lambda: list(TOOL_NAMES))
+    corpus: str | None = None        # JSONL file for local_search
+    mcp_servers: list[dict] = field(default_factory=list)  # [{command, args, env, timeout, tools}]
+    max_observation_chars: int | None = 4000
+    llm_fallback: bool = False           # offer the model itself as a tool when no tool fits
+    distill_observations: bool = False   # have the model shorten long observations
+    constrained: bool | None = None      # decode only valid ReAct steps; null: on for the embedded model
+
+    def agent_kwargs(self) -> dict:
+        """The settings `Agent(...)` takes, under its own keyword names."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in TOOL_FIELDS}
+
+
+SECTIONS: dict[str, type] = {"model": ModelConfig, "generation": GenerationConfig, "agent": AgentConfig}
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    source: str | None = None        # the file it was read from
+
+    def generation_kwargs(self) -> dict:
+        """The generation settings that are set (None ones are left out, so backends without them work)."""
+        return {k: v for k, v in dataclasses.asdict(self.generation).items() if v is not None}
+
+    def to_dict(self) -> dict:
+        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}

@@ -1,0 +1,11 @@
+"""The ReAct text protocol (layer 1): pure text in, text or data out; no model, no I/O.
+
+- prompts.py: the system prompt (en / zh), tool lines, stop words, the forced answer, distilling.
+- examples.py: worked few-shot examples and `examples_for`.
+- reading.py: `read_step`, what one reply says; names.py: which tool it meant.
+- arguments.py: a tool's arguments from what the model wrote, repaired, and the form to copy.
+- observations.py: what the model reads after a step (errors, cut markers, control tokens).
+- messages.py: the conversation and the scratchpad as chat messages.
+- step_format.py: one reply as a pattern, for constrained decoding and regex-guided servers.
+- kinds.py: `StepKind`, what a step was.
+"""

@@ -1,0 +1,57 @@
+"""What a step was: one vocabulary for the reply reader, the loop, scoring, the CLI and the chat page.
+
+The kinds a reply can be read as (`read_step`) are a subset; the loop adds what it made of a call
+(`tool_error`, `repeated_call`), of the turn cap (`forced_answer`, `no_forced_answer`) and of a call
+that got no reply (`context_overflow`, `model_error`). Every list of kinds elsewhere derives from
+the properties here, so none can disagree with another.
+"""
+from __future__ import annotations
+
+from ..text import StrEnum
+
+
+class StepKind(StrEnum):
+    FINAL_ANSWER = "final_answer"          # the reply gave the answer
+    NO_ACTION = "no_action"                # no ReAct labels at all: chit-chat, taken as the answer
+    ACTION = "action"                      # a known tool with valid arguments; it ran
+    TOOL_ERROR = "tool_error"              # it ran and failed or timed out
+    REPEATED_CALL = "repeated_call"        # the same call as an earlier one: refused, not run again
+    EMPTY = "empty"                        # format errors, each answered with an observation
+    MALFORMED = "malformed"                # saying what to write instead
+    UNKNOWN_TOOL = "unknown_tool"
+    BAD_INPUT = "bad_input"
+    FORCED_ANSWER = "forced_answer"        # the answer asked for at the turn cap
+    NO_FORCED_ANSWER = "no_forced_answer"  # none came even then
+    CONTEXT_OVERFLOW = "context_overflow"  # ends without a reply: the prompt did not fit
+    MODEL_ERROR = "model_error"            # ends without a reply: the model raised
+
+    @property
+    def format_valid(self) -> bool:
+        """The reply followed the ReAct format (whatever the tool then did)."""
+        return self in _VALID
+
+    @property
+    def format_error(self) -> bool:
+        """The reply did not follow the format: scored as a format error."""
+        return self in _FORMAT_ERRORS
+
+    @property
+    def corrected(self) -> bool:
+        """A format error the model is told about in an `Error:` observation, with what to write."""
+        return self in _CORRECTED
+
+    @property
+    def has_reply(self) -> bool:
+        """The step holds a model reply (the last two kinds record why a run ended without one)."""
+        return self not in (StepKind.CONTEXT_OVERFLOW, StepKind.MODEL_ERROR)
+
+    @property
+    def readable(self) -> bool:
+        """`read_step` can return this kind for a reply."""
+        return self in _CORRECTED or self in (StepKind.ACTION, StepKind.FINAL_ANSWER, StepKind.NO_ACTION)
+
+
+_VALID = frozenset({StepKind.FINAL_ANSWER, StepKind.ACTION, StepKind.TOOL_ERROR, StepKind.REPEATED_CALL,
+                    StepKind.FORCED_ANSWER})
+_CORRECTED = frozenset({StepKind.EMPTY, StepKind.MALFORMED, StepKind.UNKNOWN_TOOL, StepKind.BAD_INPUT})
+_FORMAT_ERRORS = _CORRECTED | {StepKind.NO_ACTION, StepKind.NO_FORCED_ANSWER}

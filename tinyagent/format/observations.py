@@ -1,0 +1,83 @@
+"""What the model reads after a step: observations, error observations with the form to copy, and the
+markers of text cut to fit (an observation's length cap, the context window). Pure text."""
+from __future__ import annotations
+
+import re
+
+from .arguments import skeleton
+
+#: Tool output past `max_observation_chars` is cut with this marker.
+TRUNCATION_MARKER = {"en": "\n[... {n} more characters cut ...]", "zh": "\n[……已截去 {n} 个字符……]"}
+#: Markers of what context fitting shortened (agent/context.py).
+OBSERVATION_MARK = {"en": "\n[... shortened to fit the context window ...]",
+                    "zh": "\n[……为适应上下文窗口已缩短……]"}
+QUESTION_MARK = {"en": "\n[... {n} characters omitted to fit the context window ...]\n",
+                 "zh": "\n[……为适应上下文窗口省略了 {n} 个字符……]\n"}
+HISTORY_MARK = {"en": "\n\n[{n} earlier conversation turn(s) omitted to fit the context window.]",
+                "zh": "\n\n[为适应上下文窗口，省略了之前的 {n} 轮对话。]"}
+#: HISTORY_MARK at the end of a system prompt, in either language; group 1 is the count.
+HISTORY_MARK_RE = re.compile(r"\n\n\[(?=[^\[\]]*(?:context window|上下文窗口))[^\[\]\d]*(\d+)[^\[\]]*\]$")
+
+
+def format_observation(observation: str) -> str:
+    """The scratchpad text that follows a tool call."""
+    return f"\nObservation: {observation.strip()}\n"
+
+
+def observation_line(step) -> str | None:
+    """A step's observation (or its error, when it has none) as a transcript line, for people to read."""
+    if step.observation is not None:
+        return f"Observation: {step.observation}"
+    return f"Error: {step.error}" if step.error else None
+
+
+def cut(text: str, limit: int, lang: str) -> str:
+    """`text` cut to `limit` characters, with a marker saying how many more there were."""
+    return text if len(text) <= limit else text[:limit] + TRUNCATION_MARKER[lang].format(n=len(text) - limit)
+
+
+# --- what to write instead ----------------------------------------------------------------------
+
+def example_call(tool) -> str:
+    """`Action: name` and `Action Input: {...}` for `tool`, as two lines."""
+    return f"Action: {tool.name_for_model}\nAction Input: {skeleton(tool)}"
+
+
+def worked_step(tool) -> str:
+    """A complete step for `tool`, shown when a model makes the same format mistake twice."""
+    return (f"Thought: I need {tool.name_for_model} for this.\n{example_call(tool)}\n"
+            "Then stop and wait for the Observation. When you know the answer, write:\n"
+            "Thought: I now know the final answer\nFinal Answer: <the answer>")
+
+
+def error_observation(message: str, worked_for=None) -> str:
+    """The observation of a format error; with a tool, also a complete step to copy (a repeated mistake)."""
+    text = f"Error: {message}"
+    return text if worked_for is None else f"{text}\nA complete step looks like this:\n{worked_step(worked_for)}"
+
+
+def repeated_call_observation(tool_name: str, step_number: int) -> str:
+    """What a model is told when it calls a tool again with the arguments of an earlier step."""
+    return (f"You already called {tool_name} with these arguments in step {step_number}; "
+            f"its result is above. Do not repeat it: use that result, try other arguments or "
+            f"another tool, or give the Final Answer.")
+
+
+def tool_failure(tool_name: str, error: BaseException) -> str:
+    """The observation of a tool that raised something other than ToolError (a bug in the tool)."""
+    return f"Error: {tool_name} failed: {type(error).__name__}: {error}"
+
+
+# --- tool output is data ------------------------------------------------------------------------
+
+_CONTROL = re.compile(r"<\|[^<>|\n]{1,40}\|>|</?s>|\[/?INST\]|<</?SYS>>|<(?:start|end)_of_turn>|"
+                      r"<\|?(?:eot_id|endoftext)\|?>")
+
+
+def neutralize_control_tokens(text: str, extra: tuple[str, ...] = ()) -> str:
+    """Break chat-template control tokens in untrusted text (`<|im_end|>` -> `<| im_end |>`)
+    so a tokenizer cannot read them as special tokens."""
+    for token in extra:
+        if token and len(token) > 1:
+            text = text.replace(token, token[0] + "\u200b" + token[1:])
+    return _CONTROL.sub(lambda m: m.group(0)[0] + "\u200b" + m.group(0)[1:], text)

@@ -1,0 +1,120 @@
+"""The ReAct prompts as text, in English and Chinese: the system prompt with its tool lines and worked
+examples, the stop words, the turn cap's forced answer and the distill prompt. Pure text.
+
+ReAct keywords (Thought, Action, Action Input, Observation, Final Answer) stay in English in both
+languages: the reply reader and the stop words look for them.
+"""
+from __future__ import annotations
+
+import json
+
+from .arguments import skeleton
+
+# The model must stop before writing an observation itself: at a line start (a stop string that
+# starts with a newline also matches at the very start of a reply), never inside a <think> block.
+STOP_WORDS = ["\nObservation:", "\nObservation：", "\nObservation :"]
+
+TOOL_DESC = {
+    "en": "{name_for_model}: Call this tool to use the {name_for_human} API. What is the "
+          "{name_for_human} API for? {description_for_model} Parameters: {parameters} "
+          "Give the arguments as a JSON object: Action Input: {example}",
+    "zh": "{name_for_model}: 调用此工具来使用{name_for_human} API。{name_for_human} API 有什么用？"
+          "{description_for_model} 参数：{parameters} 参数必须写成 JSON 对象：Action Input: {example}",
+}
+
+REACT_PROMPT = {
+    "en": """Answer the user's questions as well as you can. You have access to these tools:
+
+{tool_descs}
+
+Use exactly this format:
+
+Question: the question you must answer
+Thought: think about what to do next
+Action: the tool to call, exactly one of [{tool_names}]
+Action Input: the tool's arguments as a JSON object
+Observation: the result the tool returns
+... (Thought / Action / Action Input / Observation can repeat several times)
+Thought: I now know the final answer
+Final Answer: the final answer to the original question
+
+Write one Action at a time and wait for its Observation; never write an Observation yourself. \
+When no tool is needed, write a Thought and then the Final Answer directly.
+
+Begin!""",
+    "zh": """请尽你所能回答用户的问题。你可以使用以下工具：
+
+{tool_descs}
+
+请严格使用以下格式：
+
+Question: 你必须回答的问题
+Thought: 思考下一步该做什么
+Action: 要调用的工具，必须是 [{tool_names}] 之一
+Action Input: 工具的参数，写成 JSON 对象
+Observation: 工具返回的结果
+...（Thought / Action / Action Input / Observation 可以重复多次）
+Thought: 我现在知道最终答案了
+Final Answer: 对原始问题的最终答案
+
+每次只写一个 Action，然后等待它的 Observation；不要自己编写 Observation。\
+如果不需要使用工具，请写出 Thought 后直接给出 Final Answer。
+
+开始！""",
+}
+
+NO_TOOLS = {"en": "(no tools are available: answer directly)", "zh": "（没有可用的工具：请直接回答）"}
+
+EXAMPLES_HEADER = {"en": "Here are examples of the format:", "zh": "以下是该格式的示例："}
+
+# Appended to the scratchpad when the turn cap is reached, to ask for the answer from what is known.
+FORCE_FINAL = {
+    "en": "Thought: I have used all my steps, so I will answer now from what I know.\nFinal Answer:",
+    "zh": "Thought: 我已经用完了所有步骤，现在根据已知信息给出答案。\nFinal Answer:",
+}
+
+# Observation distillation: condense a long tool result to what the current thought needs.
+DISTILL_PROMPT = {
+    "en": "Condense the tool result below to the facts that help answer the question. Keep names, "
+          "numbers and dates exactly as written; leave out everything else. Reply with the facts only.\n\n"
+          "Question: {question}\nCurrent thought: {thought}\n\nTool result:\n{observation}",
+    "zh": "请把下面的工具结果压缩为有助于回答问题的事实。人名、数字和日期须照原文保留，其余内容一律省略。"
+          "只回复这些事实。\n\n问题：{question}\n当前思考：{thought}\n\n工具结果：\n{observation}",
+}
+DISTILLED_LABEL = {"en": "(condensed from {n} characters) ", "zh": "（由 {n} 个字符压缩）"}
+
+def tool_description(tool, lang: str = "en") -> str:
+    """One tool's line in the system prompt."""
+    return TOOL_DESC[lang].format(
+        name_for_model=tool.name_for_model,
+        name_for_human=tool.human_name(lang),
+        description_for_model=tool.description(lang),
+        parameters=json.dumps(tool.parameters_for(lang), ensure_ascii=False),
+        example=skeleton(tool),
+    )
+
+
+def build_system_prompt(tools, lang: str = "en", examples: list | None = None) -> str:
+    """The ReAct system prompt: tool descriptions, the format, and optional worked examples."""
+    descs = "\n\n".join(tool_description(t, lang) for t in tools) or NO_TOOLS[lang]
+    names = ", ".join(t.name_for_model for t in tools)
+    prompt = REACT_PROMPT[lang].format(tool_descs=descs, tool_names=names)
+    if examples:
+        shown = "\n\n".join(format_example(e) for e in examples)
+        prompt = prompt.replace("\n\nBegin!", "").replace("\n\n开始！", "")
+        prompt += f"\n\n{EXAMPLES_HEADER[lang]}\n\n{shown}\n\n" + ("开始！" if lang == "zh" else "Begin!")
+    return prompt
+
+
+def format_example(example: dict) -> str:
+    """A worked example {"question", "steps": [{"thought", "action", "action_input", "observation"}],
+    "final_thought"?, "answer"} as a ReAct transcript."""
+    lines = [f"Question: {example['question']}"]
+    for step in example.get("steps", []):
+        args = step.get("action_input", {})
+        args = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        lines += [f"Thought: {step['thought']}", f"Action: {step['action']}",
+                  f"Action Input: {args}", f"Observation: {step['observation']}"]
+    lines += [f"Thought: {example.get('final_thought', 'I now know the final answer')}",
+              f"Final Answer: {example['answer']}"]
+    return "\n".join(lines)

@@ -1,0 +1,30 @@
+"""The model backends a user picks (layer 2): each turns chat messages into the next reply.
+
+- base.py: `BaseModel` (one method, `generate`) and `Completion` (text with usage counts).
+- hf.py: `HFChatModel`, any transformers chat model run locally on the engine (`tinyagent/engine/`).
+- internlm2.py: `InternLM2Chat`, InternLM2 checkpoints natively; embedded.py: `default_model()`.
+- openai.py: `OpenAIChatModel`, any OpenAI-compatible server.
+- replay.py: recorded replies forced through a real model, for benchmarks.
+
+Heavy backends (torch, transformers) are imported only when first used.
+"""
+from __future__ import annotations
+
+import importlib
+
+from .base import BaseModel, Completion, usage_of
+
+LAZY = {
+    "HFChatModel": "hf",
+    "InternLM2Chat": "internlm2",
+    "OpenAIChatModel": "openai",
+    "default_model": "embedded",
+}
+
+__all__ = ["BaseModel", "Completion", "usage_of", *LAZY]
+
+
+def __getattr__(name: str):
+    if name in LAZY:
+        return getattr(importlib.import_module(f".{LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
