@@ -20,7 +20,7 @@ import contextlib
 import sys
 from pathlib import Path
 
-from tinyagent import cli, report
+from tinyagent import cli, options, report
 from tinyagent.config import build_agent, build_tools, close_tools
 from tinyagent.trace import TraceWriter
 
@@ -34,11 +34,11 @@ CONVERSATIONS = [
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="The TinyAgent demo: two multi-turn conversations, "
                                      "English and Chinese.")
-    cli.add_model_options(parser)
+    options.add_model_options(parser)
     parser.add_argument("--no-stream", action="store_true", help="print each step when it ends")
     parser.add_argument("--trace", metavar="FILE", help="append one JSON line per step to FILE")
     parser.add_argument("--web", action="store_true", help="serve the chat page instead (needs tinyagent[web])")
-    cli.add_web_options(parser)
+    options.add_web_options(parser)
     args = parser.parse_args(argv)
     if args.config is None and not (args.model or args.base_url) and DEFAULT_CONFIG.is_file():
         args.config = str(DEFAULT_CONFIG)
@@ -47,7 +47,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace, model=None) -> int:
     """Both conversations, one agent; its history is cleared between them."""
-    cfg = cli.config_from_args(args)
+    cfg = options.config_from_args(args)
     tools = build_tools(cfg)
     with contextlib.ExitStack() as stack:
         stack.callback(close_tools, tools)  # stops the MCP servers of --mcp / agent.mcp_servers

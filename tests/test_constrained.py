@@ -16,10 +16,18 @@ from openai_stub import OpenAIStub
 from tinyagent import Agent, cli, tool
 from tinyagent.config import ConfigError, build_model, load_config
 from tinyagent.engine import constrained
+from tinyagent.engine.automaton import compile_pattern
 from tinyagent.eval.scoring import VALID_KINDS
 from tinyagent.format.observations import format_observation
 from tinyagent.format.prompts import STOP_WORDS, build_system_prompt
-from tinyagent.format.step_format import ANSWER_FORMAT, StepFormat, arguments_pattern, step_format
+from tinyagent.format.step_format import (
+    ANSWER_FORMAT,
+    StepFormat,
+    arguments_pattern,
+    pattern_of,
+    require_outlines,
+    step_format,
+)
 from tinyagent.models.hf import HFChatModel
 from tinyagent.models.openai import OpenAIChatModel
 from tinyagent.text import detect_lang
@@ -61,7 +69,7 @@ def conversation(question: str, scratchpad: str = "") -> list[dict]:
 
 def assert_valid_step(reply: str, fmt: StepFormat = FMT) -> None:
     """The reply is one whole step of `fmt`, and the agent's parser reads a valid call or an answer."""
-    assert re.fullmatch(constrained.pattern_of(fmt), reply), reply
+    assert re.fullmatch(pattern_of(fmt), reply), reply
     name, args, _ = parse_latest_plugin_call(reply)
     if name:
         tool_ = {t.name_for_model: t for t in TOOLS}[name]
@@ -85,7 +93,7 @@ class Spy:
 # --- the pattern ---------------------------------------------------------------------------------
 
 def test_the_pattern_accepts_valid_steps_and_rejects_the_rest():
-    pattern = constrained.pattern_of(FMT)
+    pattern = pattern_of(FMT)
     good = ['Thought: I should compute it.\nAction: calculator\nAction Input: {"expression": "12*6"}',
             'Thought: 搜索一下\nAction: local_search\nAction Input: { "search_query": "周杰伦" }',
             ('Thought: book it\nAction: book_table\nAction Input: {"restaurant": "Luigi\'s", "people": 4, '
@@ -109,11 +117,11 @@ def test_the_pattern_accepts_valid_steps_and_rejects_the_rest():
 
 
 def test_a_first_step_must_call_a_tool_and_a_forced_answer_is_one_line():
-    first = constrained.pattern_of(step_format(TOOLS, final_answer=False))
+    first = pattern_of(step_format(TOOLS, final_answer=False))
     assert not re.fullmatch(first, "Thought: x\nFinal Answer: 1")
     assert re.fullmatch(first, 'Thought: x\nAction: calculator\nAction Input: {"expression": "1"}')
     assert step_format([], final_answer=False).final_answer  # no tools: answering is the only way
-    answer = constrained.pattern_of(ANSWER_FORMAT)
+    answer = pattern_of(ANSWER_FORMAT)
     assert re.fullmatch(answer, " 72 km/h") and re.fullmatch(answer, "72")
     assert not re.fullmatch(answer, " ") and not re.fullmatch(answer, " 72\nThought: more")
 
@@ -124,7 +132,7 @@ def test_tool_names_are_literals_and_bad_schemas_say_which():
         """Search."""
         return q
 
-    pattern = constrained.pattern_of(step_format([odd]))
+    pattern = pattern_of(step_format([odd]))
     assert re.fullmatch(pattern, 'Thought: x\nAction: web.search+\nAction Input: {"q": "a"}')
     assert not re.fullmatch(pattern, 'Thought: x\nAction: webXsearchh\nAction Input: {"q": "a"}')
     with pytest.raises(ValueError, match="cannot constrain arguments with the schema .*Unsupported type"):
@@ -134,7 +142,7 @@ def test_tool_names_are_literals_and_bad_schemas_say_which():
 def test_missing_outlines_is_a_one_line_install_hint(monkeypatch, tiny, tiny_llama_dir):
     monkeypatch.setitem(sys.modules, "outlines_core", None)
     with pytest.raises(ImportError) as e:
-        constrained.require_outlines()
+        require_outlines()
     assert str(e.value) == "constrained decoding needs outlines: pip install 'tinyagent[constrained]'"
     fresh_pattern = StepFormat(tools=(("never_compiled", '{"type": "object"}'),))
     with pytest.raises(ImportError, match="pip install 'tinyagent"):
@@ -154,7 +162,7 @@ def tiny(tiny_llama_dir):
 @pytest.mark.parametrize("spare_tokens", [0, 10, 400])
 def test_random_weights_always_give_a_valid_step(tiny, spare_tokens):
     first = step_format(TOOLS, final_answer=False)
-    _, compiled = constrained.compile_pattern(tiny.tokenizer, constrained.pattern_of(first))
+    _, compiled = compile_pattern(tiny.tokenizer, pattern_of(first))
     max_new_tokens = int(compiled.to_final[compiled.initial]) + spare_tokens  # the shortest call, and more
     scratchpad = ('Thought: I will compute it.\nAction: calculator\nAction Input: {"expression": "12*6"}'
                   "\nObservation: 72\n")
@@ -182,7 +190,7 @@ def test_sampling_streaming_and_cache_reuse_keep_working(tiny):
 def test_each_line_ends_within_its_token_budget(tiny):
     """A line gets `max_line_tokens`, or the fewest it can take when its fixed text is longer."""
     fmt = StepFormat(tools=FMT.tools, max_line_tokens=10)
-    vocab, compiled = constrained.compile_pattern(tiny.tokenizer, constrained.pattern_of(fmt))
+    vocab, compiled = compile_pattern(tiny.tokenizer, pattern_of(fmt))
     longest = 0
     for question in QUESTIONS:
         spy = Spy()
@@ -206,7 +214,7 @@ def test_no_token_may_complete_a_stop_string(tiny):
         reply = tiny.generate(conversation(question), stop=["q", "Observation:"], constraint=calc,
                               max_new_tokens=200)
         assert "q" not in reply
-        assert re.fullmatch(constrained.pattern_of(calc), str(reply))
+        assert re.fullmatch(pattern_of(calc), str(reply))
     processor = constrained.step_processor(tiny.tokenizer, FMT, end_ids=[2], max_new_tokens=100,
                                            stop=["Observation:", "Observation："])
     ids = [1]
@@ -221,9 +229,9 @@ def test_no_token_may_complete_a_stop_string(tiny):
 
 def test_the_automaton_is_compiled_once_and_shared_by_models_and_threads(tiny):
     other = HFChatModel.from_model(tiny.model, tiny.tokenizer)
-    pattern = constrained.pattern_of(FMT)
-    _, compiled = constrained.compile_pattern(tiny.tokenizer, pattern)
-    assert constrained.compile_pattern(other.tokenizer, pattern)[1] is compiled
+    pattern = pattern_of(FMT)
+    _, compiled = compile_pattern(tiny.tokenizer, pattern)
+    assert compile_pattern(other.tokenizer, pattern)[1] is compiled
     a = constrained.step_processor(tiny.tokenizer, FMT, end_ids=[2], max_new_tokens=50)
     b = constrained.step_processor(other.tokenizer, FMT, end_ids=[2], max_new_tokens=50)
     assert a.compiled is b.compiled is compiled
@@ -298,7 +306,7 @@ def test_smollm2_replies_are_valid_steps_and_it_calls_a_tool(embedded_model):
         fmt = step_format(calc)
         messages = [{"role": "system", "content": build_system_prompt(calc)}, {"role": "user", "content": question}]
         reply = embedded_model.generate(messages, stop=STOP_WORDS, constraint=fmt, max_new_tokens=40)
-        assert re.fullmatch(constrained.pattern_of(fmt), str(reply)), reply
+        assert re.fullmatch(pattern_of(fmt), str(reply)), reply
     result = Agent(embedded_model, calc, constrained=True, max_turns=1, max_new_tokens=48).run("What is 12 times 6?")
     assert [s.kind for s in result.steps] in (["action", "forced_answer"],
                                                              ["tool_error", "forced_answer"])
@@ -318,7 +326,7 @@ def test_openai_sends_the_pattern_to_servers_with_guided_decoding(field):
     assert result.answer == "72" and result.steps[0].observation == "72"
     first, second = (r["body"] for r in stub.requests)
     regex = first[field]["regex"] if field == "structured_outputs" else first[field]
-    assert regex == constrained.pattern_of(step_format([Calculator()], final_answer=False))
+    assert regex == pattern_of(step_format([Calculator()], final_answer=False))
     assert re.fullmatch(regex, STEP_REPLY) and not re.fullmatch(regex, "Final Answer: 72")
     assert "Final Answer" in json.dumps(second)
 
@@ -393,7 +401,7 @@ def test_repetition_options_and_a_shorter_line_budget_keep_replies_valid(tiny):
         short = tiny.generate(conversation(question), constraint=fmt, max_new_tokens=120, max_line_tokens=6,
                               repetition_penalty=1.3, no_repeat_ngram_size=3)
         for reply in (plain, short):
-            assert re.fullmatch(constrained.pattern_of(fmt), str(reply)), reply
+            assert re.fullmatch(pattern_of(fmt), str(reply)), reply
         thought = str(short).split("\n")[0]
         assert len(tiny.tokenizer(thought, add_special_tokens=False)["input_ids"]) <= 8  # within 6, or ending
         assert short.completion_tokens < plain.completion_tokens

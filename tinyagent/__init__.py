@@ -2,7 +2,7 @@
 from .agent import Agent, AgentResult, Step, StepKind, StopReason
 from .models.base import BaseModel, Completion
 from .tools.base import Tool, tool
+from .version import __version__
 
-__version__ = "0.1.0"
 __all__ = ["Agent", "AgentResult", "Step", "StepKind", "StopReason", "BaseModel", "Completion", "Tool", "tool",
            "__version__"]

@@ -10,19 +10,20 @@ import argparse
 import contextlib
 import logging
 import os
-import shlex
 import sys
 import time
 import traceback
 from collections.abc import Callable
 
-from . import __version__
 from . import config as configuration
+from . import web
 from .http import RequestFailed
+from .options import add_model_options, add_web_options, config_from_args
 from .report import PROG, Reporter, answer, note
 from .secrets import redact
 from .text import one_line
 from .trace import TraceWriter, dumps
+from .version import __version__
 
 EXIT_RUNTIME, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 log = logging.getLogger(__name__)
@@ -51,74 +52,7 @@ def setup_logging(verbose: bool = False) -> None:
         logger.addHandler(_StderrHandler())
 
 
-# --- configuration and model --------------------------------------------------------------------
-
-def add_model_options(parser: argparse.ArgumentParser) -> None:
-    """Options shared by `ask`, `chat` and run_demo.py: they override the config file's values."""
-    g = parser.add_argument_group("model and agent (override the config file)")
-    g.add_argument("--config", metavar="FILE", help="YAML config (default: the embedded SmolLM2 model)")
-    g.add_argument("--model", metavar="ID_OR_PATH", help="hub id, local folder or .gguf file; "
-                   "'embedded'; with --base-url, the served model name")
-    g.add_argument("--gguf-file", metavar="NAME", help="a .gguf file inside the --model folder or repo")
-    g.add_argument("--base-url", metavar="URL", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
-    g.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps")
-    g.add_argument("--dtype", help="auto, float32, float16 or bfloat16")
-    g.add_argument("--lang", choices=configuration.LANGS, help="prompt language (auto: from the question)")
-    g.add_argument("--max-turns", type=int, metavar="N", help="tool calls before a forced answer")
-    g.add_argument("--tools", metavar="LIST", help=f"comma-separated, from: {','.join(configuration.TOOL_NAMES)}")
-    g.add_argument("--corpus", metavar="FILE", help="JSONL corpus for local_search")
-    g.add_argument("--mcp", action="append", metavar="'COMMAND ARGS...'", help="also use the tools of "
-                   "this MCP server (stdio); repeatable, added to the config's agent.mcp_servers")
-    g.add_argument("--constrained", action=argparse.BooleanOptionalAction, help="decode only valid ReAct "
-                   "steps (needs outlines; default: on for the embedded model)")
-    g.add_argument("--max-new-tokens", type=int, metavar="N")
-    g.add_argument("--temperature", type=float)
-    g.add_argument("--top-p", type=float)
-    g.add_argument("-v", "--verbose", action="store_true", help="log details; tracebacks on errors")
-
-
-def add_web_options(parser: argparse.ArgumentParser) -> None:
-    """Where `tinyagent web` and `run_demo.py --web` serve the chat page."""
-    g = parser.add_argument_group("chat page")
-    g.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    g.add_argument("--port", type=int, default=7860, help="port (default: %(default)s)")
-    g.add_argument("--share", action="store_true", help="also publish a temporary public gradio.live link")
-
-
-def config_from_args(args: argparse.Namespace) -> configuration.Config:
-    """The config file (or defaults) with the command-line options applied on top."""
-    path, tools = args.config, args.tools
-    overrides = {
-        "model.gguf_file": args.gguf_file, "model.device": args.device, "model.dtype": args.dtype,
-        "agent.lang": args.lang, "agent.max_turns": args.max_turns, "agent.corpus": args.corpus,
-        "agent.constrained": args.constrained,
-        "agent.tools": None if tools is None else [t.strip() for t in tools.split(",") if t.strip()],
-        "generation.max_new_tokens": args.max_new_tokens, "generation.temperature": args.temperature,
-        "generation.top_p": args.top_p,
-    }
-    if args.model:
-        backend = configuration.load_config(path).model.backend
-        model = configuration.model_overrides(args.model, args.base_url, backend)
-        overrides.update({k: v for k, v in model.items() if v is not None})
-    elif args.base_url:
-        overrides.update({"model.backend": "openai", "model.base_url": args.base_url})
-    if args.mcp:
-        overrides["agent.mcp_servers"] = configuration.load_config(path).agent.mcp_servers + [
-            mcp_server_spec(command) for command in args.mcp]
-    return configuration.load_config(path, overrides)
-
-
-def mcp_server_spec(command: str) -> dict:
-    """An `agent.mcp_servers` entry from a `--mcp "COMMAND ARGS..."` value (split as a shell would)."""
-    try:
-        words = shlex.split(command)
-    except ValueError as e:
-        raise configuration.ConfigError(f"--mcp {command!r}: {e}") from None
-    if not words:
-        raise configuration.ConfigError("--mcp: give the command that starts the server, e.g. "
-                                        "--mcp 'python -m mcp_server_time'")
-    return {"command": words[0], "args": words[1:]}
-
+# --- the model -----------------------------------------------------------------------------------
 
 def model_label(cfg: configuration.Config) -> str:
     """The model in a few words, for status and error lines."""
@@ -242,7 +176,6 @@ def web_page(args: argparse.Namespace, model=None) -> int:
     """Load the model once, then serve the chat page until Ctrl-C; `model` replaces the configured one."""
     cfg = config_from_args(args)
     try:
-        from . import web
         web.require_gradio()
     except ImportError as e:
         raise LoadError(str(e)) from None

@@ -4,7 +4,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..format.messages import prompt_messages
-from ..format.observations import HISTORY_MARK, HISTORY_MARK_RE, OBSERVATION_MARK, QUESTION_MARK
+from ..format.observations import (
+    HISTORY_MARK,
+    HISTORY_MARK_RE,
+    OBSERVATION_MARK,
+    QUESTION_MARK,
+)
 
 MIN_OBSERVATION_CHARS = 200
 MIN_QUESTION_CHARS = 200

@@ -11,7 +11,10 @@ from ..format import prompts
 from ..format.arguments import bad_input_message
 from ..format.kinds import StepKind
 from ..format.messages import Message, history_to_messages, prompt_messages
-from ..format.observations import cut, error_observation, neutralize_control_tokens, repeated_call_observation
+from ..format.observations import (
+    error_observation,
+    repeated_call_observation,
+)
 from ..format.reading import Reading, cut_at_observation, read_forced_answer, read_step
 from ..format.step_format import next_step_format, require_outlines
 from ..models.base import BaseModel, usage_of
@@ -20,15 +23,13 @@ from ..tools.base import Tool
 from ..tools.base import tool as make_tool
 from ..tools.llm_tool import LLMTool
 from ..tutorial import TutorialAgent
-from . import context, tool_calls
+from . import context, observations, tool_calls
 from .results import AgentResult, Generation, Step, StopReason
 
 log = logging.getLogger(__package__)  # "tinyagent.agent", for the whole loop
 
 DEFAULT_MAX_OBSERVATION_CHARS = 4000
 DEFAULT_DISTILL_THRESHOLD = 1500
-#: The most of a tool result a distill prompt shows (then fitted to the context window).
-DISTILL_MAX_CHARS = 16_000
 DEFAULT_TOOL_TIMEOUT = 120.0
 
 
@@ -246,35 +247,24 @@ class Agent(TutorialAgent):
         return step
 
     def _observation_text(self, raw: str, lang: str, thought: str, result: AgentResult | None) -> str:
-        """Tool output as it enters the prompt: control tokens broken, maybe distilled, length capped."""
-        text = neutralize_control_tokens(raw, getattr(self.model, "control_tokens", ()))
-        if self.distill_observations and len(text) > self.distill_threshold:
-            text = self._distill(text, lang, thought, result)
-        limit = self.max_observation_chars
-        return text if limit is None else cut(text, limit, lang)
+        """Tool output as it enters the prompt (`observations.shaped`), distilled when it is long and
+        `distill_observations` is on."""
+        def distill(text: str) -> str:
+            if not self.distill_observations or len(text) <= self.distill_threshold:
+                return text
+            question = result.question if result is not None else ""
+            return observations.distilled(text, lang, question, thought, lambda m: self._ask(m, result),
+                                          self.model.count_tokens, self._prompt_budget(self.generate_kwargs))
 
-    def _distill(self, observation: str, lang: str, thought: str, result: AgentResult | None) -> str:
-        """Ask the model to keep only the facts of a long tool result that the current thought needs.
+        return observations.shaped(raw, lang, getattr(self.model, "control_tokens", ()), self.max_observation_chars,
+                                   distill)
 
-        The result in the distill prompt is cut like any prompt: to DISTILL_MAX_CHARS, then halved
-        until the prompt fits the model's window (when known)."""
-        question = result.question if result is not None else ""
-
-        def prompt_for(text: str) -> list[Message]:
-            return [{"role": "user", "content": prompts.DISTILL_PROMPT[lang].format(
-                question=question, thought=thought or "-", observation=text)}]
-
-        shown = cut(observation, DISTILL_MAX_CHARS, lang)
-        budget = self._prompt_budget(self.generate_kwargs)
-        while budget is not None and len(shown) > 200 and (self.model.count_tokens(prompt_for(shown)) or 0) > budget:
-            shown = cut(observation, len(shown) // 2, lang)
-        reply = self._call_model(prompt_for(shown), **self.generate_kwargs)
+    def _ask(self, messages: list[Message], result: AgentResult | None) -> str:
+        """A model call outside the scratchpad (distilling), counted in the run's usage."""
+        reply = self._call_model(messages, **self.generate_kwargs)
         if result is not None:
             result.add_usage(usage_of(reply))
-        facts = str(reply).strip()
-        if not facts:
-            return observation
-        return prompts.DISTILLED_LABEL[lang].format(n=len(observation)) + facts
+        return str(reply)
 
     def _record(self, result: AgentResult, step: Step) -> Step:
         result.steps.append(step)
@@ -294,12 +284,10 @@ class _ModelFailed(Exception):
 def _check_generate_keywords(model: BaseModel, kwargs: dict) -> None:
     """Refuse generation keywords the model does not take (a typo such as `max_turn=3`), naming the
     Agent's own arguments (from its signature) and the model's generation options."""
-    options = getattr(model, "generation_options", None)
-    if options is None:
-        return
-    unknown = sorted(set(kwargs) - set(options) - BaseModel.AGENT_OPTIONS)
+    unknown_of = getattr(model, "unknown_options", None)
+    unknown = unknown_of(kwargs) if unknown_of is not None else []  # a model that does not say what it takes
     if unknown:
         agent_args = [p.name for p in inspect.signature(Agent.__init__).parameters.values()
                       if p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in ("self", "model", "tools")]
         raise TypeError(f"unknown keyword argument(s) {', '.join(unknown)}: Agent takes {', '.join(agent_args)}, "
-                        f"and {type(model).__name__} generation options {', '.join(sorted(options))}")
+                        f"and {type(model).__name__} generation options {', '.join(sorted(model.generation_options))}")

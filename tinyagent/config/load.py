@@ -17,7 +17,16 @@ from ..models.openai import GUIDED_DECODING_FIELDS, SCRATCHPAD_MODES
 from ..secrets import register_secret
 from ..text import clip
 from ..tools.mcp.spec import spec_problem
-from .schema import BACKENDS, DTYPES, LANGS, SECTIONS, TOOL_NAMES, Config, ConfigError, ModelConfig
+from .schema import (
+    BACKENDS,
+    DTYPES,
+    LANGS,
+    SECTIONS,
+    TOOL_NAMES,
+    Config,
+    ConfigError,
+    ModelConfig,
+)
 
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 _HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")  # `name` or `org/name`

@@ -47,7 +47,7 @@ class GenerationConfig:
     # Local models (hf, internlm2, embedded) only; null leaves them out. Within the reply, not the prompt:
     repetition_penalty: float | None = None   # > 1 lowers tokens the reply already used
     no_repeat_ngram_size: int | None = None   # bans repeating an n-gram of the reply
-    max_line_tokens: int | None = None        # line budget of constrained replies (react.MAX_LINE_TOKENS)
+    max_line_tokens: int | None = None        # line budget of constrained replies (format.step_format.MAX_LINE_TOKENS)
 
 
 #: AgentConfig fields that choose tools; every other field is passed to `Agent(...)` as is.

@@ -3,7 +3,7 @@
 A forward pass reads every weight once whatever it feeds, so eight agents stepping together cost
 little more per step than one. A worker thread owns the model while requests are in flight. Each
 pass it admits waiting requests (up to `max_batch` in flight), then feeds, in one packed row
-(llm/packed.py), the last chosen token of every request that is decoding plus the next chunk of
+(packed.py), the last chosen token of every request that is decoding plus the next chunk of
 the prompt of those still prefilling (`PREFILL_CHUNK` tokens while others decode, so their steps
 ride along instead of waiting; `PREFILL_MAX` when nobody decodes). Every request whose tokens are
 all in then chooses its next token with its own logits processors (constraints, forced replies),
@@ -13,7 +13,7 @@ at once; its cache goes to the kept prefixes.
 A request prefills into its own batch-1 KV cache: the one kept from its conversation's last call
 (or a copy of the start it shares with another conversation, e.g. the system prompt), extended in
 place by each chunk. Once it decodes, its cache is copied into a slot of the batcher's `SlotPool`
-(llm/slots.py), where each step writes every decoding request's new key with one indexed write
+(slots.py), where each step writes every decoding request's new key with one indexed write
 per layer; attention reads each request's own length (one by one on a CPU, in one masked call
 elsewhere). Nothing is padded in the matrix products, and a request joins or leaves without
 touching the others' caches. Results equal a request decoded alone up to float rounding (greedy
@@ -28,6 +28,9 @@ Why not transformers' own continuous batching (`generate_batch`, the manager beh
 top_k, but no per-request logits processor objects (constrained decoding, replayed replies),
 no stop strings, no per-request streaming of text, and its block sharing finds prefixes by
 hashing full blocks of a paged cache rather than keeping each conversation's cache.
+
+This file runs a little over 300 lines: `Batcher` is one scheduler (admit, pass, choose, finish over
+the same request state), clearer whole than split.
 """
 from __future__ import annotations
 
@@ -51,7 +54,7 @@ log = logging.getLogger(__name__)
 
 def supports(model) -> bool:
     """True when `model` can be batched: its cache is all plain full-attention layers, and its
-    attention can run packed (see llm/packed.py)."""
+    attention can run packed (see packed.py)."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 

@@ -7,7 +7,7 @@ request starts from the entry sharing the longest token prefix with it:
 - another conversation with the same start (the system prompt, the tools, even the question)
   gets a copy of the shared part, and the entry stays for its owner.
 So a shared system prompt is computed once, though each agent holds its own copy: a request's
-attention reads its cache as one tensor per layer (llm/packed.py), with no blocks that two
+attention reads its cache as one tensor per layer (packed.py), with no blocks that two
 requests could share. Only full-attention `DynamicLayer` caches are kept here (see
 `batching.supports`).
 """

@@ -1,11 +1,11 @@
 """Packed forward passes: many requests' new tokens in one row, each attending only to its own cache.
 
-The batcher (llm/batching.py) feeds the model one sequence holding every active request's next
+The batcher (batching.py) feeds the model one sequence holding every active request's next
 tokens side by side: first one token for each request that is decoding, then a chunk of the
 prompt for each that is prefilling, each token at its own request's position. The matrix
 products, which are most of the cost, then run once over all of them, with no padding; only
 attention is done per request: the decoding requests' against their slots of a `SlotPool`
-(llm/slots.py), each prompt chunk against its request's own batch-1 cache (`Segment.cache`, a
+(slots.py), each prompt chunk against its request's own batch-1 cache (`Segment.cache`, a
 `DynamicCache`, grown in place by `append`). So a prompt chunk rides in the same pass as the
 others' decode steps (chunked prefill).
 
@@ -43,7 +43,7 @@ class Segment:
 
 class PackedPass:
     """The cache object of one packed forward pass (see the module docstring): first one token for each
-    decoding request, whose caches are slots of `pool` (`step`, llm/slots.py), then the prompt chunks."""
+    decoding request, whose caches are slots of `pool` (`step`, slots.py), then the prompt chunks."""
 
     def __init__(self, segments: list[Segment], pool=None, step=None):
         self.segments, self.pool, self.step = segments, pool, step

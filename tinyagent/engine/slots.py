@@ -22,7 +22,7 @@ from .packed import one_query, room_for
 
 
 @dataclass
-class Step:
+class DecodeStep:
     """One pass's one-token step for the decoding requests in `slots` (tensors on the pool's device)."""
 
     slots: object      # long [n]: each request's slot, in the row's order
@@ -69,7 +69,7 @@ class SlotPool:
         if not any(self.used):  # nobody decodes: give the memory back
             self.keys, self.values, self.lengths, self.used = [], [], [], []
 
-    def step(self, slots: list[int]) -> Step:
+    def step(self, slots: list[int]) -> DecodeStep:
         """Reserve one position in each of `slots` for this pass (their lengths grow by one)."""
         import torch
 
@@ -83,16 +83,16 @@ class SlotPool:
         readable = torch.tensor([n if used else 1 for n, used in zip(self.lengths[:rows], self.used[:rows])],
                                 device=device)  # a free slot reads one stale column: finite, and thrown away
         mask = torch.arange(width, device=device)[None, :] < readable[:, None]
-        return Step(torch.tensor(slots, device=device), torch.tensor(positions, device=device),
+        return DecodeStep(torch.tensor(slots, device=device), torch.tensor(positions, device=device),
                     mask[:, None, None, :], rows, width, len(slots), slots == list(range(rows)),
                     [(s, self.lengths[s]) for s in slots])
 
-    def write(self, layer: int, step: Step, keys, values) -> None:
+    def write(self, layer: int, step: DecodeStep, keys, values) -> None:
         """Put the step's new keys and values ([1, kv_heads, n, dim], in the row's order) in their slots."""
         self.keys[layer][step.slots, :, step.positions] = keys[0].transpose(0, 1)
         self.values[layer][step.slots, :, step.positions] = values[0].transpose(0, 1)
 
-    def attend(self, layer: int, step: Step, query, scaling):
+    def attend(self, layer: int, step: DecodeStep, query, scaling):
         """Attention output [1, heads, n, dim] of the step's queries ([1, heads, n, dim], one per request)."""
         import torch.nn.functional as F
 

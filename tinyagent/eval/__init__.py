@@ -7,7 +7,12 @@ accepted answers (scoring.py says how each is matched); other keys are copied in
 - harness.py: `evaluate` (a fresh agent per question), `score_run`, `summarize`.
 - command.py: `python -m tinyagent.eval` (`main`).
 """
-from .command import agent_factory_from_config, default_concurrency, format_summary, main
+from .command import (
+           agent_factory_from_config,
+           default_concurrency,
+           format_summary,
+           main,
+)
 from .harness import EvalInterrupted, evaluate, score_run, summarize
 from .scoring import SuiteError, SuiteItem, load_suite, score
 

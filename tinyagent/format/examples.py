@@ -1,6 +1,6 @@
 """Worked ReAct examples (few-shot) for the system prompt, in English and Chinese.
 
-Each example is a dict as `react.format_example` renders it. Its observations are exactly what the
+Each example is a dict as `prompts.format_example` renders it. Its observations are exactly what the
 shipped tools return for its inputs on the shipped corpus (tests/test_prompts.py replays them), so an
 example never shows the model an output format that the real tool does not produce.
 

@@ -11,7 +11,14 @@ import re
 from dataclasses import dataclass
 
 from ..text import mask_thinking
-from .arguments import FENCE, ActionInputError, bad_input_message, balanced_object, parse_object, read_arguments
+from .arguments import (
+    FENCE,
+    ActionInputError,
+    bad_input_message,
+    balanced_object,
+    parse_object,
+    read_arguments,
+)
 from .kinds import StepKind
 from .names import clean_tool_name, find_tool
 from .observations import example_call

@@ -74,13 +74,20 @@ class BaseModel(TutorialModel, ABC):
     def generate(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> str:
         """Return the model's next text for `messages`, ending before the first stop string."""
 
+    def unknown_options(self, options, agent_options: bool = True) -> list[str]:
+        """The keywords in `options` this backend does not take, sorted."""
+        return sorted(set(options) - self._valid_options(agent_options))
+
     def check_generation_options(self, options, where: str = "generate", agent_options: bool = True) -> None:
         """Raise TypeError naming the valid keywords when `options` holds one this backend does not know."""
-        valid = self.generation_options | (self.AGENT_OPTIONS if agent_options else frozenset())
-        unknown = sorted(set(options) - valid)
+        unknown = self.unknown_options(options, agent_options)
         if unknown:
+            valid = self._valid_options(agent_options)
             raise TypeError(f"{type(self).__name__}.{where}() got unknown keyword argument(s) "
                             f"{', '.join(map(repr, unknown))}; valid: {', '.join(sorted(valid))}")
+
+    def _valid_options(self, agent_options: bool) -> frozenset[str]:
+        return self.generation_options | (self.AGENT_OPTIONS if agent_options else frozenset())
 
     def count_tokens(self, messages: list[Message]) -> int | None:
         """Prompt length in tokens, when the backend can tell without generating."""

@@ -1,6 +1,14 @@
 """Tools the agent can call. Each describes itself for the prompt and validates its arguments."""
 from . import mcp
-from .base import FunctionTool, Tool, ToolArgumentError, ToolError, ToolTimeout, invoke, tool
+from .base import (
+    FunctionTool,
+    Tool,
+    ToolArgumentError,
+    ToolError,
+    ToolTimeout,
+    invoke,
+    tool,
+)
 from .calculator import Calculator
 from .docstore import DocstoreLookup, DocstoreSearch, docstore_tools
 from .google_search import GoogleSearch

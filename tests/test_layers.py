@@ -1,0 +1,172 @@
+"""The package's layers: every import of a project module points down (or sideways within a layer, with
+no circle), and no project module is imported inside a function. Read from the source with `ast`, so
+imports that only run under TYPE_CHECKING, or in a branch, count too."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "tinyagent"
+
+#: Module-name prefix -> (layer, room). A module belongs to the longest prefix that names it. Within a
+#: layer a room imports only the rooms listed in SIDEWAYS, besides its own.
+LAYERS = {
+    "tinyagent.text": (0, "leaves"), "tinyagent.secrets": (0, "leaves"), "tinyagent.http": (0, "leaves"),
+    "tinyagent.trace": (0, "leaves"), "tinyagent.version": (0, "leaves"),
+    "tinyagent.format": (1, "format"), "tinyagent.tutorial": (1, "format"),
+    "tinyagent.engine": (2, "engine"), "tinyagent.models": (2, "models"), "tinyagent.tools": (2, "tools"),
+    "tinyagent.agent": (3, "agent"),
+    "tinyagent.runs": (4, "runs"), "tinyagent.config": (4, "runs"), "tinyagent.eval": (4, "runs"),
+    "tinyagent.report": (5, "faces"), "tinyagent.web": (5, "faces"), "tinyagent.cli": (5, "faces"), "tinyagent.options": (5, "faces"),
+    "tinyagent.__main__": (5, "faces"),
+    # the public face and the deprecated old paths sit above everything they name
+    "tinyagent": (6, "face"), "tinyagent.llm": (6, "face"), "tinyagent.prompts": (6, "face"),
+    "tinyagent.batch": (6, "face"),
+}
+#: Rooms of one layer that may import each other's modules (one way): the backends run on the engine.
+SIDEWAYS = {("models", "engine")}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def place(name: str) -> tuple[int, str]:
+    prefix = max((p for p in LAYERS if name == p or name.startswith(p + ".")), key=len)
+    return LAYERS[prefix]
+
+
+def target(module: str, node: ast.ImportFrom | ast.Import, alias: ast.alias) -> str | None:
+    """The project module an import names (a submodule when `from package import submodule`)."""
+    if isinstance(node, ast.Import):
+        name = alias.name
+    else:
+        base = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+        for _ in range(node.level - 1):
+            base = base.rpartition(".")[0]
+        name = ".".join(p for p in ((base if node.level else ""), node.module or "") if p)
+        if f"{name}.{alias.name}" in MODULES:
+            name = f"{name}.{alias.name}"
+    return name if name in MODULES else None
+
+
+def imports(module: str, tree: ast.AST | None = None) -> list[tuple[str, int, bool]]:
+    """(imported project module, line, inside a function) for every import in `module`."""
+    tree = tree or ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    found = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inside = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                for alias in child.names:
+                    name = target(module, child, alias)
+                    if name is not None and name != module:
+                        found.append((name, child.lineno, in_function))
+            visit(child, inside)
+
+    visit(tree, False)
+    return found
+
+
+def problems(edges: dict[str, list[tuple[str, int, bool]]]) -> list[str]:
+    """Every upward or forbidden sideways arrow, and every import inside a function."""
+    found = []
+    for module, targets in edges.items():
+        layer, room = place(module)
+        for name, line, in_function in targets:
+            if in_function:
+                found.append(f"{module}:{line} imports {name} inside a function")
+            to_layer, to_room = place(name)
+            if to_layer > layer or (to_layer == layer and to_room != room and (room, to_room) not in SIDEWAYS):
+                found.append(f"{module}:{line} imports {name}: {room} (layer {layer}) -> {to_room} (layer {to_layer})")
+    return found
+
+
+def circles(edges: dict[str, list[tuple[str, int, bool]]]) -> list[list[str]]:
+    """The import cycles among modules (strongly connected components of more than one module)."""
+    graph = {m: sorted({t for t, _, _ in targets}) for m, targets in edges.items()}
+    index, low, stack, on_stack, found, counter = {}, {}, [], set(), [], [0]
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            connect(v)
+    return found
+
+
+def package_edges() -> dict[str, list[tuple[str, int, bool]]]:
+    return {m: imports(m) for m in MODULES}
+
+
+def test_every_module_has_a_layer():
+    assert all(place(m) for m in MODULES)
+
+
+def test_imports_point_down_and_only_at_module_level():
+    assert problems(package_edges()) == []
+
+
+def test_no_import_circle():
+    assert circles(package_edges()) == []
+
+
+def test_the_check_sees_an_upward_arrow_and_a_circle():
+    """What the two tests above would say of a format module importing the agent, inside a function."""
+    edges = package_edges()
+    planted = ast.parse("def f():\n    from ..agent import loop\n")
+    edges["tinyagent.format.prompts"] = edges["tinyagent.format.prompts"] + imports("tinyagent.format.prompts", planted)
+    assert problems(edges) == [
+        "tinyagent.format.prompts:2 imports tinyagent.agent.loop inside a function",
+        "tinyagent.format.prompts:2 imports tinyagent.agent.loop: format (layer 1) -> agent (layer 3)"]
+    assert ["tinyagent.agent.loop", "tinyagent.format.prompts"] in [
+        [m for m in c if m in ("tinyagent.agent.loop", "tinyagent.format.prompts")] for c in circles(edges)]
+
+
+@pytest.mark.parametrize("script", sorted(p.stem for p in (ROOT / "bench").glob("*.py")))
+def test_bench_scripts_import_each_other_without_a_circle(script):
+    """bench/ scripts import each other by plain name (they run with bench/ on sys.path)."""
+    scripts = {p.stem: p for p in (ROOT / "bench").glob("*.py")}
+    graph = {}
+    for name, path in scripts.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        graph[name] = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        graph[name] |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        graph[name] &= set(scripts)
+    seen, todo = set(), list(graph[script])
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += graph[name]
+    assert script not in seen, f"bench/{script}.py imports itself through {sorted(seen)}"
