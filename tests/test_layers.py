@@ -41,7 +41,11 @@ MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
 def place(name: str) -> tuple[int, str]:
-    prefix = max((p for p in LAYERS if name == p or name.startswith(p + ".")), key=len)
+    """A module's (layer, room): its own entry, or its package's; a new top-level module has none."""
+    prefix = max((p for p in LAYERS if name == p or (p != "tinyagent" and name.startswith(p + "."))), key=len,
+                 default=None)
+    if prefix is None:
+        raise KeyError(f"{name} has no layer: add it to LAYERS")
     return LAYERS[prefix]
 
 
@@ -131,6 +135,44 @@ def package_edges() -> dict[str, list[tuple[str, int, bool]]]:
 
 def test_every_module_has_a_layer():
     assert all(place(m) for m in MODULES)
+    with pytest.raises(KeyError, match="tinyagent.newcomer has no layer"):
+        place("tinyagent.newcomer")
+
+
+def names_of(module: str) -> tuple[set[str], set[str]]:
+    """(names `module` defines at its top level, names it imports from other project modules)."""
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    defined, imported = set(), set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                defined |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            imported |= {a.asname or a.name for a in node.names}
+    return defined, imported
+
+
+def test_no_re_export_chains():
+    """A module imports each name from the module that defines it, not through another module that only
+    imported it (a package's __init__, the public face, may gather its rooms' names; the deprecated old
+    paths re-export by design)."""
+    faces = {m for m in MODULES if MODULES[m].name == "__init__.py" or place(m)[0] == 6}
+    chains = []
+    for module in MODULES:
+        tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            for alias in node.names:
+                source = target(module, node, alias)
+                if source is None or source in faces or source.endswith("." + alias.name):
+                    continue
+                defined, imported = names_of(source)
+                if alias.name in imported and alias.name not in defined:
+                    chains.append(f"{module}:{node.lineno} takes {alias.name} from {source}, which imports it")
+    assert chains == []
 
 
 def test_imports_point_down_and_only_at_module_level():

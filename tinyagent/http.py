@@ -9,7 +9,7 @@ import time
 
 import requests
 
-from .trace import redact
+from .secrets import redact
 
 log = logging.getLogger(__name__)
 

@@ -3,6 +3,7 @@
 - loop.py: `Agent`, the ReAct loop on one screen (`run` -> `_steps`).
 - results.py: `Step`, `AgentResult`, `StopReason`, and `Generation` (one model call).
 - tool_calls.py: resolve, validate, guard and invoke one tool call.
+- observations.py: tool output as it enters the prompt (control tokens, distilling, the length cap).
 - context.py: shortening a prompt to fit the model's window.
 """
 from ..format.kinds import StepKind

@@ -9,6 +9,6 @@ backends (models/), nor the agent, nor tools; torch and transformers are importe
 - batching.py: concurrent generate calls decoded together; packed.py: one packed forward pass and its
   attention; slots.py: decoding requests' caches side by side.
 - streaming.py: streamer, stopping criteria read on decoded text, `stream()` over a worker thread.
-- repetition.py: repetition control within a reply; constrained.py: the ReAct step format as a token
-  automaton that masks logits.
+- repetition.py: repetition control within a reply; automaton.py: a reply pattern compiled into a token
+  automaton with per-state budgets; constrained.py: the logits processor that walks it.
 """

@@ -28,7 +28,7 @@ def cpu_has_native_bf16() -> bool:
 
 def placement(device: str = "auto", dtype="auto"):
     """(device_map, torch dtype): bf16 (fp16 without bf16) and device_map="auto" on CUDA; on CPU bf16
-    where the CPU computes it natively (faster there, see README), float32 elsewhere."""
+    where the CPU computes it natively (faster there, docs/engine.md), float32 elsewhere."""
     import torch
 
     if device == "auto":

@@ -2,7 +2,7 @@
 
 Pure text in, data out. `read_step(reply, tools)` is the one path from a reply to what the agent
 does with it: a tool call, a final answer, chit-chat taken as the answer, or a format error whose
-message says exactly what to write. The README's "Reply forms" table lists what is accepted.
+message says exactly what to write. docs/reply-forms.md lists what is accepted.
 """
 from __future__ import annotations
 

