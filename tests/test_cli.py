@@ -275,7 +275,9 @@ def tinyagent(*args: str, stdin: str | None = None, env: dict | None = None, tim
 
 def test_help_and_version_exit_0():
     done = tinyagent("--help")
-    assert done.returncode == 0 and "{ask,chat,web}" in done.stdout
+    assert done.returncode == 0 and "{ask,chat,web,eval}" in done.stdout
+    done = tinyagent("eval", "--help")  # the eval's own options, under this command's name
+    assert done.returncode == 0 and done.stdout.startswith("usage: tinyagent eval") and "--baseline" in done.stdout
     done = tinyagent("ask", "--help")
     assert done.returncode == 0 and "--base-url" in done.stdout and "--trace" in done.stdout
     assert tinyagent("--version").stdout.startswith("tinyagent ")

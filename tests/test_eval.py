@@ -324,30 +324,32 @@ def cli_suite(tmp_path) -> Path:
 def test_cli_end_to_end(tmp_path, scripted_config, capsys):
     out = tmp_path / "run"
     code = ev.main(["--suite", str(cli_suite(tmp_path)), "--tools", "calculator", "--max-turns", "2",
-                    "--out", str(out), "--concurrency", "1"])  # progress in suite order
+                    "--out", str(out), "--concurrency", "1", "--baseline", "none"])  # progress in suite order
     printed = capsys.readouterr().out
     assert code == 0
     assert "[1/3] ok   mul  steps=2" in printed and "FAIL fr" in printed and "format-error" in printed
-    assert "success" in printed and "66.7%  (2/3)" in printed
+    assert "success" in printed and "66.7% (2/3)" in printed
     records = [json.loads(line) for line in (out / "results.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [r["id"] for r in records] == ["mul", "jay", "fr"]
     assert [r["success"] for r in records] == [True, True, False]
     assert records[1]["source"] == "TinyAgent" and records[1]["prediction"] == "他出生于1979年。"
-    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    whole = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    summary = whole["agent"]
     for key in ("n", "success_rate", "format_valid_rate", "mean_steps", "mean_seconds"):
         assert key in summary
     assert summary["n"] == 3 and summary["success_rate"] == 0.6667 and summary["format_valid_rate"] == 0.6667
-    assert summary["run"]["tools"] == ["calculator"] and summary["run"]["concurrency"] == 1
+    assert whole["direct"] is None and not (out / "direct.jsonl").exists()
+    assert whole["run"]["tools"] == ["calculator"] and whole["run"]["concurrency"] == 1
 
 
 def test_cli_json_limit_and_default_out(tmp_path, scripted_config, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code = ev.main(["--suite", str(cli_suite(tmp_path)), "--tools", "", "--limit", "1", "--json"])
+    code = ev.main(["--suite", str(cli_suite(tmp_path)), "--tools", "", "--limit", "1", "--json", "--baseline", "none"])
     captured = capsys.readouterr()
     assert code == 0
     summary = json.loads(captured.out)
-    assert summary["n"] == 1 and summary["run"]["tools"] == []
-    assert "[1/1]" in captured.err
+    assert summary["agent"]["n"] == 1 and summary["run"]["tools"] == []
+    assert "agent [1/1]" in captured.err
     (folder,) = (tmp_path / "out").iterdir()
     assert folder.name.startswith("eval-suite-") and (folder / "summary.json").is_file()
 
@@ -383,7 +385,8 @@ def test_cli_interrupt_writes_what_finished(tmp_path, monkeypatch, capsys):
     assert ev.main(["--suite", str(suite), "--tools", "", "--out", str(out)]) == 130
     assert [json.loads(x)["id"] for x in (out / "results.jsonl").read_text().splitlines()] == ["a"]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["n"] == 1 and summary["interrupted"] is True and summary["success_rate"] == 1.0
+    assert summary["interrupted"] is True and summary["direct"] is None  # the baseline never started
+    assert summary["agent"]["n"] == 1 and summary["agent"]["interrupted"] and summary["agent"]["success_rate"] == 1.0
     assert "(interrupted)" in capsys.readouterr().out
 
 
@@ -414,4 +417,7 @@ def test_cli_openai_backend_runs_questions_in_parallel_over_http(tmp_path, capsy
     assert [r["id"] for r in records] == [f"q{n}" for n in range(8)]
     assert [r["success"] for r in records] == [n != 5 for n in range(8)]
     assert "500" in records[5]["error"] and records[5]["trace"]["stop_reason"] == "model_error"
-    assert summary["n"] == 8 and summary["n_errors"] == 1 and summary["success_rate"] == 0.875
+    assert summary["agent"]["n"] == 8 and summary["agent"]["n_errors"] == 1 and summary["agent"]["success_rate"] == 0.875
+    direct = [json.loads(x) for x in (out / "direct.jsonl").read_text().splitlines()]  # the baseline, in parallel too
+    assert [r["success"] for r in direct] == [n != 5 for n in range(8)] and "500" in direct[5]["error"]
+    assert summary["direct"]["n_errors"] == 1 and summary["disagreements"] == []

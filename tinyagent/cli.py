@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from . import config as configuration
 from . import web
+from .eval import command as evaluation
 from .http import RequestFailed
 from .options import add_model_options, add_web_options, config_from_args
 from .report import PROG, Reporter, answer, note
@@ -116,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="A small bilingual ReAct agent for open-weight "
                                      "chat models.", epilog="Run `tinyagent ask -h` for the options.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{ask,chat,web}")
+    sub = parser.add_subparsers(dest="command", metavar="{ask,chat,web,eval}")
     for name, text in (("ask", "answer one question"), ("chat", "a multi-turn session (stdin may be piped)")):
         p = sub.add_parser(name, help=text, description=text)
         if name == "ask":
@@ -130,10 +131,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("web", help=text, description=text)
     add_model_options(p)
     add_web_options(p)
+    text = "score the agent on a JSONL suite beside the model alone; `eval compare DIR...` (python -m tinyagent.eval)"
+    sub.add_parser("eval", help=text, description=text, add_help=False)  # its own parser reads the rest
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["eval"]:  # the same command as python -m tinyagent.eval, under this name
+        return evaluation.main(argv[1:], prog=f"{PROG} eval")
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -16,10 +16,13 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
-from .agent import Agent, AgentResult
+from .agent import Agent, AgentResult, DirectAnswer
 from .text import one_line
 
 log = logging.getLogger(__name__)
+
+#: What runs one question: the agent, or the model alone (`DirectAnswer`, the eval's baseline).
+Runner = Agent | DirectAnswer
 
 
 @dataclass
@@ -38,7 +41,7 @@ class RunItem:
 
 
 def run_many(
-    agent_factory: Callable[[], Agent],
+    agent_factory: Callable[[], Runner],
     questions: Iterable[str],
     concurrency: int = 8,
     on_done: Callable[[RunItem], None] | None = None,
@@ -85,7 +88,7 @@ class Cancelled(Exception):
     """The batch was interrupted while this question ran."""
 
 
-def _run_one(agent_factory: Callable[[], Agent], item: RunItem, cancel: threading.Event) -> RunItem:
+def _run_one(agent_factory: Callable[[], Runner], item: RunItem, cancel: threading.Event) -> RunItem:
     """Fill in `item`; never raises an Exception (KeyboardInterrupt / SystemExit still pass)."""
     started = time.perf_counter()
     try:

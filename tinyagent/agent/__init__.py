@@ -5,9 +5,11 @@
 - tool_calls.py: resolve, validate, guard and invoke one tool call.
 - observations.py: tool output as it enters the prompt (control tokens, distilling, the length cap).
 - context.py: shortening a prompt to fit the model's window.
+- direct.py: `DirectAnswer`, the model alone with one plain prompt (the eval's baseline).
 """
 from ..format.kinds import StepKind
+from .direct import DirectAnswer
 from .loop import Agent
 from .results import AgentResult, Step, StopReason
 
-__all__ = ["Agent", "AgentResult", "Step", "StepKind", "StopReason"]
+__all__ = ["Agent", "AgentResult", "DirectAnswer", "Step", "StepKind", "StopReason"]

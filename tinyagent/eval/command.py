@@ -1,27 +1,39 @@
-"""`python -m tinyagent.eval`: load the model once, run a suite with a fresh agent per question,
-write results.jsonl (one record per question, as each finishes) and summary.json, print the table."""
+"""`python -m tinyagent.eval` (and `tinyagent eval`): load the model once, run a suite with a fresh agent
+per question and, beside it, the same model alone (`--baseline direct`, the default); write each mode's
+records as they finish (results.jsonl, direct.jsonl) and summary.json, print the two side by side.
+`... compare DIR...` is `compare.main`."""
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import shlex
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from .. import config
-from ..agent import Agent
+from ..agent import DirectAnswer
+from ..runs import Runner
 from ..secrets import redact
-from .harness import EvalInterrupted, evaluate
+from . import compare
+from .harness import EvalInterrupted, disagreements, evaluate
+from .progress import Progress
+from .provenance import provenance
 from .scoring import SuiteError, load_suite
+from .table import AGENT, DIRECT, format_disagreements, side_by_side
+
+PROG = "python -m tinyagent.eval"
+FORMAT_VERSION = 2  # summary.json: 1 was the agent's totals at the top level; 2 has "agent", "direct", "run"
+RESULT_FILES = {AGENT: "results.jsonl", DIRECT: "direct.jsonl"}
+BASELINES = {"direct": (AGENT, DIRECT), "only": (DIRECT,), "none": (AGENT,)}
+SHOWN_DISAGREEMENTS = 20  # questions listed under the printed table (all of them are in the HTML page)
 
 
-def agent_factory_from_config(cfg) -> Callable[[], Agent]:
-    """Load the config's model and tools once; return a factory of fresh Agents that share them."""
-    tools = config.build_tools(cfg)  # first: a bad corpus fails before the slow model load
-    model = config.build_model(cfg)
-    return lambda: config.build_agent(cfg, model, tools=tools)
+def direct_factory(cfg, model) -> Callable[[], DirectAnswer]:
+    """Fresh `DirectAnswer`s around `model` with the config's language and generation settings."""
+    return lambda: DirectAnswer(model, lang=cfg.agent.lang, **cfg.generation_kwargs())
 
 
 def default_concurrency(backend: str) -> int:
@@ -30,9 +42,9 @@ def default_concurrency(backend: str) -> int:
     return 4 if backend == "openai" else 8
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tinyagent.eval",
-                                description="Run a TinyAgent over a JSONL question suite and score the answers.")
+def _parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Run a TinyAgent over a JSONL question suite and score "
+                                "the answers, beside the same model alone. `compare DIR...` compares result folders.")
     p.add_argument("--suite", required=True, help='JSONL file of {"id", "question", "answer"} lines')
     p.add_argument("--config", help="YAML config (default: the embedded model with its defaults)")
     p.add_argument("--model", help="override the model: embedded, a local folder, a .gguf file, a hub id, "
@@ -41,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tools", help="comma-separated tools, e.g. calculator,local_search ('' for none)")
     p.add_argument("--max-turns", type=int)
     p.add_argument("--max-new-tokens", type=int)
+    p.add_argument("--baseline", choices=list(BASELINES), default="direct",
+                   help="direct (default): also ask the model alone, no tools, no ReAct format; only: just that; "
+                        "none: only the agent")
     p.add_argument("--concurrency", type=int, help="parallel questions (default 4 for the openai backend, 8 for "
                                                    "local models, which decode them in one batch)")
     p.add_argument("--limit", type=int, help="only the first N questions")
@@ -60,43 +75,52 @@ def _load_config(args) -> config.Config:
     return config.load_config(args.config, overrides)
 
 
-def _progress_line(record: dict, count: int, total: int) -> str:
-    mark = "ok  " if record["success"] else "FAIL"
-    notes = [] if record["format_valid"] else ["format-error"]
-    if record["tool_errors"]:
-        notes.append(f"tool-errors={len(record['tool_errors'])}")
-    if record["error"]:
-        notes.append(f"error: {record['error']}")
-    return (f"[{count}/{total}] {mark} {record['id']}  steps={record['steps']}  {record['seconds']:.1f}s"
-            + (f"  ({', '.join(notes)})" if notes else ""))
-
-
 def format_summary(summary: dict) -> str:
-    """The summary as an aligned two-column table."""
-    def num(key: str, fmt: str, scale: float = 1) -> str:
-        return "-" if summary.get(key) is None else format(summary[key] * scale, fmt)
-    rows = [("questions", f"{summary['n']}{'  (interrupted)' if summary.get('interrupted') else ''}"),
-            ("success", f"{num('success_rate', '.1f', 100)}%  ({summary['n_success']}/{summary['n']})"),
-            ("format-valid questions", num("format_valid_rate", ".1f", 100) + "%"),
-            ("format-valid replies", num("reply_format_valid_rate", ".1f", 100) + "%"),
-            ("questions with tool errors", num("tool_error_rate", ".1f", 100) + "%"),
-            ("runs that crashed", str(summary["n_errors"])),
-            ("mean steps", num("mean_steps", ".2f")), ("mean seconds", num("mean_seconds", ".2f")),
-            ("tokens prompt / completion", f"{num('prompt_tokens', 'd')} / {num('completion_tokens', 'd')}"),
-            ("wall seconds", num("wall_seconds", ".1f"))]
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    """The summary (format 2) as a table, agent and direct side by side, then where they disagree."""
+    columns = [(mode, summary[mode]) for mode in (AGENT, DIRECT) if summary.get(mode)]
+    text = side_by_side(columns)
+    if len(columns) == 2:
+        text += "\n" + format_disagreements(summary.get("disagreements", []), SHOWN_DISAGREEMENTS)
+    return text
 
 
-def _write(out: Path, records: list[dict], summary: dict) -> None:
-    with open(out / "results.jsonl", "w", encoding="utf-8") as f:
+def _write_records(path: Path, records: list[dict]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
         f.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+
+
+def _write_summary(out: Path, summary: dict) -> None:
     (out / "summary.json").write_text(json.dumps(redact(summary), ensure_ascii=False, indent=2) + "\n",
                                       encoding="utf-8")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def _run_mode(mode: str, items, factory: Callable[[], Runner], concurrency: int, out: Path, stream
+              ) -> tuple[list[dict], dict]:
+    """One mode over the suite, its records written as they finish (kept if the process dies), then in
+    suite order. Raises EvalInterrupted (its records written) on Ctrl-C."""
+    progress = Progress(len(items), mode, stream)
+    with open(out / RESULT_FILES[mode], "w", encoding="utf-8") as partial:
+        def on_result(record: dict) -> None:
+            partial.write(json.dumps(record, ensure_ascii=False) + "\n")
+            partial.flush()
+            progress.update(record)
+        try:
+            records, summary = evaluate(items, factory, concurrency, on_result)
+        except EvalInterrupted as stop:
+            progress.close()
+            stop.summary["mode"] = mode
+            _write_records(out / RESULT_FILES[mode], stop.records)
+            raise
+    progress.close()
+    _write_records(out / RESULT_FILES[mode], records)  # suite order, whatever order they finished in
+    return records, {**summary, "mode": mode}
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["compare"]:
+        return compare.main(argv[1:], prog=f"{prog} compare")
+    args = _parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     stream = sys.stderr if args.json else sys.stdout
 
@@ -115,40 +139,49 @@ def main(argv: list[str] | None = None) -> int:
         cfg = _load_config(args)
     except (SuiteError, config.ConfigError) as e:
         return fail(str(e))
+    modes = BASELINES[args.baseline]
     concurrency = args.concurrency or default_concurrency(cfg.model.backend)
     out = Path(args.out or f"out/eval-{Path(args.suite).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         return fail(f"cannot create the output folder {out}: {e.strerror or e}")
-    run = {"suite": str(args.suite), "config": cfg.source, "backend": cfg.model.backend,
-           "model": cfg.model.name or cfg.model.path, "tools": config.select_tools(cfg)[0], "concurrency": concurrency}
+    summary: dict = {"format_version": FORMAT_VERSION, AGENT: None, DIRECT: None}
+    tools: list = []
+    records: dict[str, list[dict]] = {}
+    code = 0
     try:
         try:
-            factory = agent_factory_from_config(cfg)
+            tools = config.build_tools(cfg) if AGENT in modes else []
+            model = config.build_model(cfg)
         except config.ConfigError as e:
             return fail(str(e))
         except (OSError, ImportError, ValueError, RuntimeError) as e:
             return fail(f"cannot load the model: {type(e).__name__}: {' '.join(str(e).split())[:300]}", 1)
-        say(f"evaluating {len(items)} questions from {args.suite} (backend {cfg.model.backend}, "
-            f"concurrency {concurrency}) -> {out}")
-        finished: list[dict] = []
-        with open(out / "results.jsonl", "w", encoding="utf-8") as partial:  # kept if the process dies
-            def on_result(record: dict) -> None:
-                partial.write(json.dumps(record, ensure_ascii=False) + "\n")
-                partial.flush()
-                finished.append(record)
-                say(_progress_line(record, len(finished), len(items)))
-            records, summary = evaluate(items, factory, concurrency, on_result)
-        code = 0
-    except EvalInterrupted as stop:
-        records, summary, code = stop.records, stop.summary, 130
+        summary["run"] = provenance(cfg, args.suite, f"{prog} {shlex.join(argv)}", args.baseline, concurrency)
+        factories = {AGENT: lambda: config.build_agent(cfg, model, tools=tools), DIRECT: direct_factory(cfg, model)}
+        say(f"evaluating {len(items)} questions from {args.suite} ({' and '.join(modes)}; backend "
+            f"{cfg.model.backend}, concurrency {concurrency}) -> {out}")
+        for mode in modes:
+            try:
+                records[mode], summary[mode] = _run_mode(mode, items, factories[mode], concurrency, out, stream)
+            except EvalInterrupted as stop:
+                records[mode], summary[mode], code = stop.records, stop.summary, 130
+                break
     except KeyboardInterrupt:
         return 130
-    summary = {**summary, "run": run}
-    _write(out, records, summary)  # suite order, whatever order the questions finished in
+    finally:
+        config.close_tools(tools)
+    summary["interrupted"] = code == 130
+    if summary[AGENT] and summary[DIRECT]:
+        summary["disagreements"] = disagreements([(m, records[m]) for m in (AGENT, DIRECT)])
+    _write_summary(out, summary)
     say(format_summary(summary))
-    say(f"results: {out / 'results.jsonl'}\nsummary: {out / 'summary.json'}")
+    for mode in modes:
+        if summary[mode]:
+            say(f"{mode} results: {out / RESULT_FILES[mode]}")
+    say(f"summary: {out / 'summary.json'}")
     if args.json:
         print(json.dumps(summary, ensure_ascii=False, indent=2))
     return code
+

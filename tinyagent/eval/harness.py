@@ -7,8 +7,8 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from ..agent import Agent, AgentResult, StepKind
-from ..runs import run_many
+from ..agent import AgentResult, StepKind
+from ..runs import Runner, run_many
 from ..secrets import redact
 from ..text import one_line
 from ..trace import to_jsonable
@@ -65,6 +65,10 @@ def summarize(records: Sequence[dict], wall_seconds: float | None = None) -> dic
         values = [r[key] for r in records if r[key] is not None]
         return sum(values) if values else None
 
+    def mean(key: str) -> float | None:
+        values = [r[key] for r in ran if r[key] is not None]
+        return round(sum(values) / len(values), 1) if values else None
+
     return {
         "n": n,
         "n_success": sum(r["success"] for r in records),
@@ -77,17 +81,47 @@ def summarize(records: Sequence[dict], wall_seconds: float | None = None) -> dic
         "mean_seconds": round(sum(r["seconds"] for r in ran) / len(ran), 3) if ran else None,
         "prompt_tokens": total("prompt_tokens"),
         "completion_tokens": total("completion_tokens"),
+        "mean_prompt_tokens": mean("prompt_tokens"), "mean_completion_tokens": mean("completion_tokens"),
         "wall_seconds": round(wall_seconds, 3) if wall_seconds is not None else None,
+        "by_need": by_need(records),
     }
+
+
+def by_need(records: Sequence[dict]) -> dict[str, dict]:
+    """Success per value of the suite's optional "needs" key (what a question needs: "calculator",
+    "search"), so a run without tools shows where it had no way to the answer; {} when no line has it."""
+    groups: dict[str, list[dict]] = {}
+    for r in records:
+        if r.get("needs"):
+            groups.setdefault(str(r["needs"]), []).append(r)
+    return {need: {"n": len(rs), "n_success": sum(r["success"] for r in rs)} for need, rs in groups.items()}
+
+
+def disagreements(columns: Sequence[tuple[str, Sequence[dict]]]) -> list[dict]:
+    """The questions right in some columns (runs, or agent and direct) and wrong in others, in the first
+    column's order: {"id", "question", "answers": [{"label", "success", "prediction"}, ...]}. Only
+    questions present in every column count."""
+    by_label = [(label, {r["id"]: r for r in records}) for label, records in columns]
+    if not by_label:
+        return []
+    shared = [i for i in by_label[0][1] if all(i in found for _, found in by_label)]
+    rows = []
+    for qid in shared:
+        answers = [{"label": label, "success": found[qid]["success"], "prediction": found[qid]["prediction"]}
+                   for label, found in by_label]
+        if len({a["success"] for a in answers}) > 1:
+            rows.append({"id": qid, "question": by_label[0][1][qid]["question"], "answers": answers})
+    return rows
 
 
 def evaluate(
     suite_items: Sequence[SuiteItem],
-    agent_factory: Callable[[], Agent],
+    agent_factory: Callable[[], Runner],
     concurrency: int = 1,
     on_result: Callable[[dict], None] | None = None,
 ) -> tuple[list[dict], dict]:
-    """Run a fresh agent from `agent_factory` on every item; return (records in suite order, summary).
+    """Run a fresh agent (or `DirectAnswer`) from `agent_factory` on every item; return (records in suite
+    order, summary).
 
     With `concurrency` > 1 the questions run in threads through `tinyagent.runs.run_many` (for
     models behind a server); otherwise one after another. `on_result(record)` is called as each

@@ -1,0 +1,45 @@
+"""The no-agent baseline as text: one plain prompt (en / zh) asking the model for its working and a last
+line with the answer, and reading that line back. Pure text; no tools, no ReAct labels.
+
+The eval harness asks the same model the same questions this way (`--baseline direct`) to tell whether
+the agent around it is why it is right.
+"""
+from __future__ import annotations
+
+import re
+
+from ..text import mask_thinking
+
+DIRECT_PROMPT = {
+    "en": "Answer the question below. Work it out step by step, then end your reply with a last line "
+          "of exactly this form, where X is the answer alone:\nThe answer is X.\n\nQuestion: {question}",
+    "zh": "请回答下面的问题。先一步一步写出解题过程，最后单独写一行，格式必须是（X 只写答案本身）：\n"
+          "答案是 X。\n\n问题：{question}",
+}
+
+# "The answer is 18.", "**Final answer is: $18**", "答案是 18。", "答案为：18": the line's start may carry
+# markdown markers, the answer runs to the end of the line.
+_ANSWER_LINE = re.compile(
+    r"^[ \t>*#_-]*(?:(?:so|therefore|thus|hence)[, ]+)?(?:the[ \t]+)?(?:final[ \t]+)?answer"
+    r"[ \t]*(?:is|:)[ \t]*:?"
+    r"|^[ \t>*#_-]*(?:所以|因此)?[，,]?(?:最终)?答案(?:是|为|[:：])[ \t]*[:：]?",
+    re.IGNORECASE | re.MULTILINE)
+_TRIM = " \t*_`.。!！"
+
+
+def direct_messages(question: str, lang: str = "en") -> list[dict]:
+    """The baseline's whole conversation: one user message holding the instruction and the question."""
+    return [{"role": "user", "content": DIRECT_PROMPT[lang].format(question=question)}]
+
+
+def read_direct_answer(reply: str) -> str | None:
+    """The answer on the reply's last answer line ("The answer is X." / "答案是 X。"), or None when the
+    reply has none. Text inside a reasoning block (`<think>`) does not count."""
+    visible = mask_thinking(reply)
+    found = list(_ANSWER_LINE.finditer(visible))
+    for m in reversed(found):
+        end = visible.find("\n", m.end())
+        answer = visible[m.end(): end if end >= 0 else len(visible)].strip(_TRIM)
+        if answer:
+            return answer
+    return None
