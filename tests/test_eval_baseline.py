@@ -245,6 +245,7 @@ def test_compare_prints_one_table_flips_and_writes_the_chart(tmp_path, stub, cap
 
     pixels = (imread(png)[..., :3] * 255).round().astype(int)
     assert pixels.shape[:2] == (490, 1100)  # 11 x (2.2 + 0.9 per column) inches at 100 dpi
+    assert charts.COLOURS["agent"] != charts.COLOURS["direct"]
     for colour in (charts.COLOURS["agent"], charts.COLOURS["direct"]):  # bars of both modes are drawn
         rgb = [int(colour[i:i + 2], 16) for i in (1, 3, 5)]
         assert (pixels == rgb).all(axis=-1).sum() > 500
