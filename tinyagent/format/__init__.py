@@ -8,4 +8,5 @@
 - messages.py: the conversation and the scratchpad as chat messages.
 - step_format.py: one reply as a pattern, for constrained decoding and regex-guided servers.
 - kinds.py: `StepKind`, what a step was.
+- direct.py: the no-agent baseline's plain prompt and its answer line (the eval's `--baseline direct`).
 """
