@@ -388,3 +388,12 @@ def test_the_seed_suite_says_what_each_question_needs():
     needs = {i.id: i.extra.get("needs") for i in items}
     assert set(needs.values()) == {"calculator", "search"}
     assert needs["tinyagent-jay-chou-en"] == "search" and needs["calc-12x6"] == "calculator"
+
+
+def test_the_agent_settings_do_not_mark_the_direct_column(tmp_path, stub, capsys):
+    run_eval(tmp_path, stub, "first")
+    run_eval(tmp_path, stub, "capped", "--max-turns", "1")
+    data = compare.comparison([ev.load_results(tmp_path / "first"), ev.load_results(tmp_path / "capped")])
+    assert [(c["label"], c["settings"]) for c in data["columns"]] == [
+        ("first agent", "reference"), ("first direct", "reference"), ("capped agent", "max_turns=1"),
+        ("capped direct", "same")]  # the model alone never sees the turn cap

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import charts
 from .harness import disagreements
-from .provenance import COMPARED
+from .provenance import AGENT_SETTINGS, COMPARED
 from .table import AGENT, DIRECT, MODES, format_disagreements, side_by_side
 
 READS = (1, 2)  # the summary.json formats this version reads
@@ -130,14 +130,16 @@ def columns_of(runs: list[Results]) -> list[tuple[str, Results, str]]:
     return out
 
 
-def differences(run: Results, first: Results) -> str:
-    """What `run` was made with that `first` was not (the first folder is the reference), in a few words."""
+def differences(run: Results, first: Results, mode: str = AGENT) -> str:
+    """What `run` was made with that `first` was not (the first folder is the reference), in a few words; for a
+    direct column, the agent's own settings (tools, turn cap, constrained decoding) do not count."""
     if run.summary["format_version"] < max(READS):
         return "not recorded (older format)"
     if run is first:
         return "reference"
     mine, theirs = run.run, first.run
-    changed = [f"{key}={_short(mine.get(key))}" for key in COMPARED if key in mine and mine.get(key) != theirs.get(key)]
+    keys = [k for k in COMPARED if mode == AGENT or k not in AGENT_SETTINGS]
+    changed = [f"{key}={_short(mine.get(key))}" for key in keys if key in mine and mine.get(key) != theirs.get(key)]
     if mine.get("suite_sha256") != theirs.get("suite_sha256"):
         changed.insert(0, "OTHER SUITE")
     return ", ".join(changed) or "same"
@@ -156,7 +158,7 @@ def comparison(runs: list[Results]) -> dict:
     cols = columns_of(runs)
     return {
         "columns": [{"label": label, "folder": str(run.folder), "mode": mode, "summary": run.summary[mode],
-                     "run": run.run, "settings": differences(run, runs[0]), "notes": run.notes}
+                     "run": run.run, "settings": differences(run, runs[0], mode), "notes": run.notes}
                     for label, run, mode in cols],
         "flips": disagreements([(label, run.records.get(mode, [])) for label, run, mode in cols
                                 if run.records.get(mode)]),
@@ -168,7 +170,7 @@ def format_comparison(data: dict) -> str:
     notes = [("settings", [c["settings"] for c in cols])]
     if any(c["notes"] for c in cols):
         notes.append(("notes", ["; ".join(c["notes"]) or "-" for c in cols]))
-    suites = {c["run"].get("suite") for c in cols if c["run"].get("suite")}
+    suites = {c["run"].get("suite_sha256") or c["run"].get("suite") for c in cols if c["run"].get("suite")}
     notes.append(("suite", [Path(c["run"]["suite"]).name if c["run"].get("suite") else "?" for c in cols]))
     table = side_by_side([(c["label"], c["summary"]) for c in cols], notes)
     if len(suites) > 1:

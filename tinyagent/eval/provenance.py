@@ -32,6 +32,7 @@ GIT_TIMEOUT = 5.0  # seconds for `git rev-parse`, which should take milliseconds
 #: The settings whose difference `compare` points out, as dotted keys of `run` (the suite is checked apart).
 COMPARED = ("model", "model_sha256", "backend", "dtype", "protocol", "constrained", "tools", "max_turns", "lang",
             "generation", "prompts_sha256", "version", "commit")
+AGENT_SETTINGS = ("protocol", "constrained", "tools", "max_turns")  # no bearing on the direct baseline
 
 
 def file_sha256(path: Path) -> str:
