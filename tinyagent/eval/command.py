@@ -99,18 +99,18 @@ def _run_mode(mode: str, items, factory: Callable[[], Runner], concurrency: int,
     """One mode over the suite, its records written as they finish (kept if the process dies), then in
     suite order. Raises EvalInterrupted (its records written) on Ctrl-C."""
     progress = Progress(len(items), mode, stream)
-    with open(out / RESULT_FILES[mode], "w", encoding="utf-8") as partial:
-        def on_result(record: dict) -> None:
-            partial.write(json.dumps(record, ensure_ascii=False) + "\n")
-            partial.flush()
-            progress.update(record)
-        try:
+    try:
+        with open(out / RESULT_FILES[mode], "w", encoding="utf-8") as partial:
+            def on_result(record: dict) -> None:
+                partial.write(json.dumps(record, ensure_ascii=False) + "\n")
+                partial.flush()
+                progress.update(record)
             records, summary = evaluate(items, factory, concurrency, on_result)
-        except EvalInterrupted as stop:
-            progress.close()
-            stop.summary["mode"] = mode
-            _write_records(out / RESULT_FILES[mode], stop.records)
-            raise
+    except EvalInterrupted as stop:
+        progress.close()
+        stop.summary["mode"] = mode
+        _write_records(out / RESULT_FILES[mode], stop.records)
+        raise
     progress.close()
     _write_records(out / RESULT_FILES[mode], records)  # suite order, whatever order they finished in
     return records, {**summary, "mode": mode}
