@@ -397,3 +397,12 @@ def test_the_agent_settings_do_not_mark_the_direct_column(tmp_path, stub, capsys
     assert [(c["label"], c["settings"]) for c in data["columns"]] == [
         ("first agent", "reference"), ("first direct", "reference"), ("capped agent", "max_turns=1"),
         ("capped direct", "same")]  # the model alone never sees the turn cap
+
+
+def test_a_long_answer_is_shown_by_its_end():
+    from tinyagent.eval.table import shown_answer
+
+    reply = "Let's work it out.\n16 - 3 - 4 = 9 eggs,\n9 * 2 = 18.  So she makes \\boxed{18}."
+    assert shown_answer(reply, 24).endswith("\\boxed{18}.") and len(shown_answer(reply, 24)) == 24
+    assert shown_answer(reply, 24).startswith("…") and shown_answer("short", 24) == "short"
+    assert shown_answer(None) == "(none)"

@@ -7,11 +7,12 @@ import html
 import json
 from pathlib import Path
 
-from .table import AGENT, rows
+from .table import AGENT, rows, shown_answer
 
 COLOURS = {AGENT: "#1f77b4", "direct": "#ff7f0e"}  # one colour per mode, in both pictures
 INSTALL_HINT = "pip install 'tinyagent[charts]'"
 SVG_BAR_WIDTH = 360  # pixels of the longest bar on the page
+PAGE_ANSWER_CLIP = 80  # characters of an answer in a question's cell (its trace has all of it)
 
 
 def figures(data: dict) -> list[dict]:
@@ -90,7 +91,7 @@ def _cell(record: dict | None) -> str:
     if record is None:
         return "<td>-</td>"
     mark = "ok" if record["success"] else "FAIL"
-    answer = html.escape(" ".join(str(record.get("prediction") or "").split())[:80])
+    answer = html.escape(shown_answer(record.get("prediction") or "", PAGE_ANSWER_CLIP))
     return (f'<td class="{mark.lower()}"><details><summary>{mark} {answer}</summary>'
             f"<pre>{html.escape(_trace(record))}</pre></details></td>")
 

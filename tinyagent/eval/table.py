@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..text import clip
-
 AGENT, DIRECT = "agent", "direct"
 MODES = (AGENT, DIRECT)
 ANSWER_CLIP = 40  # characters of an answer shown in the disagreement list
@@ -90,7 +88,13 @@ def format_disagreements(rows: Sequence[dict], limit: int | None = None) -> str:
     return "\n".join(lines)
 
 
-def _answer(prediction: str | None) -> str:
+def shown_answer(prediction: str | None, limit: int = ANSWER_CLIP) -> str:
+    """An answer on one line, cut to its last `limit` characters: a reply taken whole ends with its result."""
     if prediction is None:
         return "(none)"
-    return repr(clip(" ".join(str(prediction).split()), ANSWER_CLIP))
+    text = " ".join(str(prediction).split())
+    return text if len(text) <= limit else "…" + text[len(text) - limit + 1:]
+
+
+def _answer(prediction: str | None) -> str:
+    return "(none)" if prediction is None else f"'{shown_answer(prediction)}'"
