@@ -29,6 +29,7 @@ STOP_REASONS = {
     StopReason.NO_FORCED_ANSWER: "no answer even at the turn cap",
     StopReason.CONTEXT_OVERFLOW: "stopped: the context window is full",
     StopReason.MODEL_ERROR: "stopped: the model failed",
+    StopReason.HOOK_ERROR: "stopped: a hook failed",
     StopReason.STOPPED: "stopped on request",
 }
 
