@@ -129,6 +129,15 @@ class Approver(Hooks):
         call.refuse(f"the edited arguments did not fit {self.edit_rounds} times ({problem})")
 
 
+def give_asker(hooks: list[Hooks], ask: Ask) -> bool:
+    """Let `ask` answer for the approvers among `hooks` that have no one to ask (what a config builds:
+    the CLI's terminal, the chat page's card); True when there was one."""
+    found = [hook for hook in hooks if isinstance(hook, Approver) and hook.ask is None]
+    for hook in found:
+        hook.ask = ask
+    return bool(found)
+
+
 def as_approver(approve: Approver | Ask) -> Approver:
     """`Agent(approve=...)`: an Approver as it is, a callable asked about every call."""
     if isinstance(approve, Approver):
