@@ -148,7 +148,7 @@ class Agent(TutorialAgent):
             return self._no_reply(result, StepKind.CONTEXT_OVERFLOW, str(e), e.notes)
         except _ModelFailed as e:
             return self._no_reply(result, StepKind.MODEL_ERROR, e.message)
-        except HookFailed as e:
+        except HookFailed as e:  # recorded here, so that after_run hooks see how the run ended
             return self._no_reply(result, StepKind.HOOK_ERROR, e.message)
 
     @staticmethod
