@@ -153,7 +153,6 @@ class Session:
                              on_text=lambda t: self.events.put(("text", t)))
         self.pending = web_approval.Pending(lambda kind, request: self.events.put((kind, request)))
         give_asker(self.agent.hooks, self.pending.ask)  # approvers with no one to ask: the page's card
-        self.shown: ApprovalRequest | None = None  # the call the card shows
         self.messages: Messages = []
         self.running = threading.Lock()  # one run at a time per conversation
 
@@ -251,14 +250,9 @@ class ChatPage:
         return session is not None and session.pending.answer(verdict)
 
     def card(self, key: str) -> tuple:
-        """The approval card's values for the call waiting (`web_approval.card_values`), or skips while it
-        shows that call already (a reason being typed is kept)."""
-        session, gr = self.session(key), _gradio()
-        request = session.pending.request
-        if request is session.shown:
-            return (gr.skip(),) * len(web_approval.Card.OUTPUTS)
-        session.shown = request
-        return web_approval.card_values(gr, request, session.agent.lang)
+        """What the approval card shows now (`web_approval.Pending.card`)."""
+        session = self.session(key)
+        return session.pending.card(_gradio(), session.agent.lang)
 
     def clear(self, key: str) -> Messages:
         """Forget the conversation (stopping a run in progress first)."""

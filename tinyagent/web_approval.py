@@ -32,6 +32,7 @@ class Pending:
     def __init__(self, notify: Callable[[str, ApprovalRequest | None], None]):
         self.notify = notify
         self.request: ApprovalRequest | None = None
+        self.shown: ApprovalRequest | None = None   # the call the card shows
         self._answer: queue.Queue | None = None
         self._lock = threading.Lock()
 
@@ -58,6 +59,15 @@ class Pending:
             except queue.Full:
                 return False
         return True
+
+    def card(self, gr, lang: str) -> tuple:
+        """The card's values for the call waiting (`card_values`), or skips while it shows that call already
+        (so a reason being typed is kept)."""
+        request = self.request
+        if request is self.shown:
+            return (gr.skip(),) * len(Card.OUTPUTS)
+        self.shown = request
+        return card_values(gr, request, lang)
 
     def cancel(self, lang: str = "en") -> None:
         """Refuse the call waiting, if any: the run is being stopped."""
