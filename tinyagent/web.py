@@ -7,6 +7,7 @@ two generations at once serialises them itself). A tool call waiting for approva
 step stream and as a card under the chat (web_approval.py). Everything shown passes through `redact`.
 Gradio is imported only when a page is built: `pip install 'tinyagent[web]'`.
 (No `from __future__ import annotations` here: Gradio reads the handlers' `gr.Request` annotation.)
+A little over 300 lines: the session, its reply and the page's handlers share the run's events.
 """
 import json
 import logging

@@ -1,4 +1,6 @@
-"""The ReAct loop: ask the model for a step, run the tool it names, append the observation, repeat."""
+"""The ReAct loop: ask the model for a step, run the tool it names, append the observation, repeat.
+
+A little over 300 lines: the loop with its model and tool calls through the hooks reads best whole."""
 from __future__ import annotations
 
 import inspect

@@ -46,10 +46,7 @@ class HFChatModel(BaseModel):
     #: The keyword options `generate` honours (others are ignored with a warning).
     generation_options = frozenset({"max_new_tokens", "temperature", "top_p", *REPLY_OPTIONS})
     provider = "transformers"
-
-    @property
-    def model_id(self) -> str:
-        return getattr(self.model, "name_or_path", None) or type(self).__name__
+    model_id = property(lambda self: getattr(self.model, "name_or_path", None) or type(self).__name__)
 
     def __init__(self, model_id_or_path: str, device: str = "auto", dtype="auto", gguf_file: str | None = None,
                  trust_remote_code: bool = False, reuse_cache: bool = True, max_batch: int = MAX_BATCH,

@@ -90,10 +90,7 @@ class OpenAIChatModel(BaseModel):
         return self.scratchpad == "continue"
 
     provider = "openai"  # the API it speaks, whatever serves it (vLLM, LMDeploy, transformers serve)
-
-    @property
-    def model_id(self) -> str:
-        return self.model
+    model_id = property(lambda self: self.model)
 
     def __repr__(self) -> str:
         return (f"OpenAIChatModel(base_url={self.base_url!r}, model={self.model!r}, "
@@ -277,8 +274,7 @@ def _first_choice(body: dict) -> dict | None:
 
 
 def _finish_reason(choice: dict | None) -> str | None:
-    reason = choice.get("finish_reason") if choice is not None else None
-    return reason if isinstance(reason, str) else None
+    return choice["finish_reason"] if choice and isinstance(choice.get("finish_reason"), str) else None
 
 
 def _usage(usage) -> dict:
