@@ -142,13 +142,19 @@ def notify(hooks: list[Hooks], method: str, *args) -> None:
         guarded(getattr(hook, method), f"{type(hook).__name__}.{method}", *args)
 
 
-@contextlib.contextmanager
-def around(hooks: list[Hooks], part: str, call, settled: Callable[[object], bool] | None = None) -> Iterator[None]:
+_NO_HOOKS = contextlib.nullcontext()
+
+
+def around(hooks: list[Hooks], part: str, call, settled: Callable[[object], bool] | None = None
+           ) -> contextlib.AbstractContextManager:
     """before_<part> of each hook (until `settled(call)`), the body, then after_<part> of those that ran,
-    in reverse, whatever happened in between; the first hook failure is raised once all have run."""
-    if not hooks:
-        yield
-        return
+    in reverse, whatever happened in between; the first hook failure is raised once all have run. With no
+    hooks, a context that does nothing."""
+    return _around(hooks, part, call, settled) if hooks else _NO_HOOKS
+
+
+@contextlib.contextmanager
+def _around(hooks: list[Hooks], part: str, call, settled: Callable[[object], bool] | None) -> Iterator[None]:
     ran: list[Hooks] = []
     failure: HookFailed | None = None
     try:
