@@ -45,6 +45,19 @@ def browser():
         chromium.close()
 
 
+def serve(chat_page) -> tuple:
+    """The page's server, started on a free port, and its URL."""
+    server = chat_page.build()
+    return server, web.serve(server, "127.0.0.1", free_port())[0]
+
+
+def open_page(browser, url: str):
+    page = browser.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url)
+    return page
+
+
 def test_ask_watch_the_steps_fold_and_follow_up(browser):
     model = LiveModel([
         ["Thought: I need to look", PAUSE, ' this up.\nAction: lookup\nAction Input: {"name": "Jay Chou"}'],
@@ -59,12 +72,9 @@ def test_ask_watch_the_steps_fold_and_follow_up(browser):
     chat_page.clear = lambda key: (clear(key), cleared.release())[0]   # so the test knows the server did it
     forget, forgotten = chat_page.forget, threading.Semaphore(0)
     chat_page.forget = lambda key: (forget(key), forgotten.release())[0]
-    server = chat_page.build()
-    url, _ = web.serve(server, "127.0.0.1", free_port())
+    server, url = serve(chat_page)
     try:
-        page = browser.new_page()
-        page.set_default_timeout(TIMEOUT_MS)
-        page.goto(url)
+        page = open_page(browser, url)
         steps = page.locator("#chat .thought-group")
         question = page.locator("#question textarea")
 
@@ -98,9 +108,7 @@ def test_ask_watch_the_steps_fold_and_follow_up(browser):
             "Which year was Jay Chou born?", "1979", "What was his first album?"]   # history went along
 
         users = page.locator("#chat [data-testid=user]")
-        tab = browser.new_page()                                            # a second tab: its own conversation
-        tab.set_default_timeout(TIMEOUT_MS)
-        tab.goto(url)
+        tab = open_page(browser, url)                                       # a second tab: its own conversation
         tab.locator("#question textarea").fill("Another tab?")
         tab.locator("#question textarea").press("Enter")
         expect(tab.get_by_text("from the second tab", exact=True)).to_be_visible()
@@ -133,12 +141,9 @@ def test_approve_edit_and_refuse_a_tool_call_on_its_card(browser):
     ])
     chat_page = web.ChatPage(lambda **callbacks: Agent(model, tools=[lookup], max_turns=3,
                                                        approve=Approver(None, {"lookup": "ask"}), **callbacks))
-    server = chat_page.build()
-    url, _ = web.serve(server, "127.0.0.1", free_port())
+    server, url = serve(chat_page)
     try:
-        page = browser.new_page()
-        page.set_default_timeout(TIMEOUT_MS)
-        page.goto(url)
+        page = open_page(browser, url)
         card = page.locator("#approval").first   # gradio puts a group's id on two nested elements
         expect(card).to_be_hidden()
         page.locator("#question textarea").fill("When were they born?")
