@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             factory = agent_factory_from_config(cfg)
+            config.start_tracing(cfg)  # agent.otel: spans exported as OTEL_* say (flushed at exit by the SDK)
         except config.ConfigError as e:
             return fail(str(e))
         except (OSError, ImportError, ValueError, RuntimeError) as e:
