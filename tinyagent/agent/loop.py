@@ -1,4 +1,6 @@
-"""The ReAct loop: ask the model for a step, run the tool it names, append the observation, repeat."""
+"""The ReAct loop: ask the model for a step, run the tool it names, append the observation, repeat.
+
+A little over 300 lines: the loop with its model and tool calls through the hooks reads best whole."""
 from __future__ import annotations
 
 import inspect
@@ -11,10 +13,7 @@ from ..format import prompts
 from ..format.arguments import bad_input_message
 from ..format.kinds import StepKind
 from ..format.messages import Message, history_to_messages, prompt_messages
-from ..format.observations import (
-    error_observation,
-    repeated_call_observation,
-)
+from ..format.observations import error_observation, repeated_call_observation
 from ..format.reading import Reading, cut_at_observation, read_forced_answer, read_step
 from ..format.step_format import next_step_format, require_outlines
 from ..models.base import BaseModel, usage_of
@@ -24,6 +23,8 @@ from ..tools.base import tool as make_tool
 from ..tools.llm_tool import LLMTool
 from ..tutorial import TutorialAgent
 from . import context, observations, tool_calls
+from .approval import Approver, Ask, as_approver
+from .hooks import HookFailed, Hooks, ModelCall, Run, ToolCall, around, guarded, notify
 from .results import AgentResult, Generation, Step, StopReason
 
 log = logging.getLogger(__package__)  # "tinyagent.agent", for the whole loop
@@ -40,6 +41,8 @@ class Agent(TutorialAgent):
     `on_step(step)` is called after each step, `on_text(text)` with text as the model writes it.
     `constrained=True` has the model decode only replies in the ReAct format for these tools
     (`format.step_format.next_step_format`); the model must support it (`HFChatModel` with outlines).
+    `approve` (a callable or an `Approver`) is asked before tool calls run (approval.py); `hooks`
+    run around each run, model call and tool call (hooks.py), after the approver.
     """
 
     def __init__(
@@ -58,6 +61,8 @@ class Agent(TutorialAgent):
         tool_timeout: float | None = DEFAULT_TOOL_TIMEOUT,
         on_step: Callable[[Step], None] | None = None,
         on_text: Callable[[str], None] | None = None,
+        approve: Approver | Ask | None = None,
+        hooks: list[Hooks] | None = None,
         **generate_kwargs,
     ):
         if lang not in ("auto", "en", "zh"):
@@ -80,9 +85,11 @@ class Agent(TutorialAgent):
         self.distill_observations, self.distill_threshold = distill_observations, distill_threshold
         self.constrained, self.tool_timeout = constrained, tool_timeout
         self.on_step, self.on_text = on_step, on_text
+        self.hooks: list[Hooks] = ([as_approver(approve)] if approve is not None else []) + list(hooks or [])
         self.generate_kwargs = generate_kwargs
         self.history: list[tuple[str, str]] = []
         self._stop = threading.Event()
+        self._run: Run | None = None  # the run in progress, as hooks see it
 
     def stop(self) -> None:
         """End the run in progress after its current step (thread-safe); it ends with stop_reason
@@ -116,8 +123,8 @@ class Agent(TutorialAgent):
     def run(self, question: str, history: list | None = None) -> AgentResult:
         """Answer one question: step until a final answer or `max_turns`, then force one.
 
-        A model that raises ends the run with the steps so far (stop_reason "model_error");
-        KeyboardInterrupt still interrupts.
+        A model that raises ends the run with the steps so far (stop_reason "model_error"), and so
+        does a hook ("hook_error"); KeyboardInterrupt still interrupts.
         """
         started = time.perf_counter()
         self._stop.clear()
@@ -125,15 +132,31 @@ class Agent(TutorialAgent):
         messages: list[Message] = [{"role": "system", "content": self.system_prompt_for(lang)},
                                    *history_to_messages(history), {"role": "user", "content": question}]
         result = AgentResult(question=question, lang=lang)
+        self._run = Run(question, lang, result, self.model, self.tools, self.stop)
         try:
-            reason = self._steps(messages, result, lang)
+            with around(self.hooks, "run", self._run):
+                self._end(result, self._reason(messages, result, lang), started)
+        except HookFailed as e:  # before_run or after_run
+            self._end(result, self._no_reply(result, StepKind.HOOK_ERROR, e.message), started)
+        finally:
+            self._run = None
+        return result
+
+    def _reason(self, messages: list[Message], result: AgentResult, lang: str) -> StopReason:
+        """Why the run's steps ended; a failure that ended them is recorded as a last step without a reply."""
+        try:
+            return self._steps(messages, result, lang)
         except context.ContextOverflow as e:
-            reason = self._no_reply(result, StepKind.CONTEXT_OVERFLOW, str(e), e.notes)
+            return self._no_reply(result, StepKind.CONTEXT_OVERFLOW, str(e), e.notes)
         except _ModelFailed as e:
-            reason = self._no_reply(result, StepKind.MODEL_ERROR, e.message)
+            return self._no_reply(result, StepKind.MODEL_ERROR, e.message)
+        except HookFailed as e:  # recorded here, so that after_run hooks see how the run ended
+            return self._no_reply(result, StepKind.HOOK_ERROR, e.message)
+
+    @staticmethod
+    def _end(result: AgentResult, reason: StopReason, started: float) -> None:
         result.stop_reason, result.finished = reason, reason.finished
         result.seconds = time.perf_counter() - started
-        return result
 
     def _steps(self, messages: list[Message], result: AgentResult, lang: str) -> StopReason:
         """The run's steps up to an answer, the turn cap's forced answer, or a stop request."""
@@ -144,7 +167,9 @@ class Agent(TutorialAgent):
             if step.final_answer is not None:
                 result.answer = step.final_answer
                 return StopReason(step.kind)
-        generation = self._generate(messages, result, suffix=prompts.FORCE_FINAL[lang])
+        if self._stop.is_set():
+            return StopReason.STOPPED
+        generation = self._generate(messages, result, suffix=prompts.FORCE_FINAL[lang], purpose="forced_answer")
         answer = read_forced_answer(generation.reply)
         self._record(result, generation.into(Step(
             index=len(result.steps), text=generation.reply.rstrip(), final_answer=answer or None,
@@ -155,51 +180,44 @@ class Agent(TutorialAgent):
 
     def _no_reply(self, result: AgentResult, kind: StepKind, error: str, notes: list | None = None) -> StopReason:
         """Record why a run got no reply (its steps so far are kept): the step, and the run's error."""
-        self._record(result, Step(index=len(result.steps), text="", kind=kind, error=error, notes=notes or []))
+        try:
+            self._record(result, Step(index=len(result.steps), text="", kind=kind, error=error, notes=notes or []))
+        except HookFailed as e:  # the hook that failed may fail again on this step: the first error stands
+            log.info("a hook failed on the step that ends the run: %s", e.message)
         result.answer, result.error = "", error
         return StopReason(kind)
 
-    def _call_model(self, messages: list[Message], **kwargs) -> str:
-        try:
-            return self.model.generate(messages, **kwargs)
-        except Exception as e:  # a server's 400, out of memory: the run ends, its steps are kept
-            log.info("the model failed", exc_info=True)
-            raise _ModelFailed(one_line(e, limit=None)) from e
+    def _call_model(self, messages: list[Message], purpose: str, result: AgentResult | None, **kwargs
+                    ) -> ModelCall:
+        """One model call through the model hooks (which may change the prompt or answer it themselves)."""
+        call = ModelCall(self._run, len(result.steps) if result is not None else 0, purpose, messages, kwargs)
+        with around(self.hooks, "model", call, settled=lambda c: c.reply is not None):
+            if call.reply is None:
+                t0 = time.perf_counter()
+                try:
+                    call.reply = self.model.generate(call.messages, **call.options)
+                except Exception as e:  # a server's 400, out of memory: the run ends, its steps are kept
+                    log.info("the model failed", exc_info=True)
+                    call.error = e
+                    raise _ModelFailed(one_line(e, limit=None)) from e
+                finally:
+                    call.seconds = time.perf_counter() - t0
+        return call
 
-    def _generate(self, messages: list[Message], result: AgentResult, suffix: str = "") -> Generation:
+    def _generate(self, messages: list[Message], result: AgentResult, suffix: str = "", purpose: str = "step"
+                  ) -> Generation:
         """One model call on the conversation plus the scratchpad (the run's steps, then `suffix`)."""
         kwargs = dict(self.generate_kwargs)
-        notes = self._fit_context(messages, result, suffix, kwargs)
+        notes = context.fit_prompt(messages, result.steps, suffix, self.model, kwargs, result.lang)
         if self.on_text is not None:
             kwargs["on_text"] = self.on_text
         if self.constrained:  # only replies in the ReAct format (next_step_format says which)
             kwargs["constraint"] = next_step_format(self.tools.values(), result.steps, forced=bool(suffix))
         prompt = prompt_messages(messages, result.steps, suffix)
-        t0 = time.perf_counter()
-        reply = self._call_model(prompt, stop=list(prompts.STOP_WORDS), **kwargs)
-        seconds = time.perf_counter() - t0
-        usage = usage_of(reply)
+        call = self._call_model(prompt, purpose, result, stop=list(prompts.STOP_WORDS), **kwargs)
+        usage = usage_of(call.reply)
         result.add_usage(usage)
-        return Generation(cut_at_observation(str(reply)), usage, seconds, notes)
-
-    def _fit_context(self, messages: list[Message], result: AgentResult, suffix: str, kwargs: dict) -> list[str]:
-        """Shorten the prompt when it would not leave room for the reply in the model's window."""
-        budget = self._prompt_budget(kwargs)
-        if budget is None:
-            return []
-        notes = context.fit(messages, result.steps, suffix, self.model.count_tokens, budget, result.lang)
-        for note in notes:
-            log.info("context: %s", note)
-        return notes
-
-    def _prompt_budget(self, kwargs: dict) -> int | None:
-        """Tokens a prompt may take: the model's window less the reply's room; None when unknown."""
-        window = getattr(self.model, "context_window", None)
-        if not window:
-            return None
-        max_new = (kwargs.get("max_new_tokens") or getattr(self.model, "generation_defaults", {}).get("max_new_tokens")
-                   or 512)
-        return window - max_new
+        return Generation(cut_at_observation(str(call.reply)), usage, call.seconds, notes)
 
     # --- one step ------------------------------------------------------------------------
 
@@ -240,10 +258,11 @@ class Agent(TutorialAgent):
             step.kind, step.error = StepKind.REPEATED_CALL, "repeated call"
             step.observation = repeated_call_observation(step.action, earlier.index + 1)
             return step
-        raw, step.kind, step.error, step.tool_seconds = tool_calls.run(tool, step.arguments, self.tool_timeout)
-        step.observation = self._observation_text(raw, lang, step.thought, result)
-        if step.observation != raw:
-            step.raw_observation = raw
+        raw = tool_calls.settle(step, tool_calls.call(ToolCall(self._run, step, tool, step.arguments), self.hooks,
+                                                      self.tool_timeout), lang)
+        if raw is not None:
+            step.observation = self._observation_text(raw, lang, step.thought, result)
+            step.raw_observation = raw if step.observation != raw else None
         return step
 
     def _observation_text(self, raw: str, lang: str, thought: str, result: AgentResult | None) -> str:
@@ -253,15 +272,16 @@ class Agent(TutorialAgent):
             if not self.distill_observations or len(text) <= self.distill_threshold:
                 return text
             question = result.question if result is not None else ""
+            budget = context.prompt_budget(self.model, self.generate_kwargs)
             return observations.distilled(text, lang, question, thought, lambda m: self._ask(m, result),
-                                          self.model.count_tokens, self._prompt_budget(self.generate_kwargs))
+                                          self.model.count_tokens, budget)
 
         return observations.shaped(raw, lang, getattr(self.model, "control_tokens", ()), self.max_observation_chars,
                                    distill)
 
     def _ask(self, messages: list[Message], result: AgentResult | None) -> str:
         """A model call outside the scratchpad (distilling), counted in the run's usage."""
-        reply = self._call_model(messages, **self.generate_kwargs)
+        reply = self._call_model(messages, "distill", result, **self.generate_kwargs).reply
         if result is not None:
             result.add_usage(usage_of(reply))
         return str(reply)
@@ -269,7 +289,8 @@ class Agent(TutorialAgent):
     def _record(self, result: AgentResult, step: Step) -> Step:
         result.steps.append(step)
         if self.on_step is not None:
-            self.on_step(step)
+            guarded(self.on_step, "on_step", step)
+        notify(self.hooks, "on_step", step)
         return step
 
 

@@ -19,6 +19,7 @@ class Completion(str):
     completion_tokens: int | None
     seconds: float | None
     cached_tokens: int | None
+    finish_reason: str | None       # "stop" (a stop string or the end of the turn) or "length" (max_new_tokens)
 
     def __new__(
         cls,
@@ -27,12 +28,14 @@ class Completion(str):
         completion_tokens: int | None = None,
         seconds: float | None = None,
         cached_tokens: int | None = None,
+        finish_reason: str | None = None,
     ) -> Completion:
         obj = super().__new__(cls, text)
         obj.prompt_tokens = prompt_tokens
         obj.completion_tokens = completion_tokens
         obj.seconds = seconds
         obj.cached_tokens = cached_tokens
+        obj.finish_reason = finish_reason
         return obj
 
 
@@ -43,6 +46,7 @@ def usage_of(text: str) -> dict:
         "completion_tokens": getattr(text, "completion_tokens", None),
         "seconds": getattr(text, "seconds", None),
         "cached_tokens": getattr(text, "cached_tokens", None),
+        "finish_reason": getattr(text, "finish_reason", None),
     }
 
 
@@ -69,6 +73,13 @@ class BaseModel(TutorialModel, ABC):
     generation_options: frozenset[str] = frozenset({"max_new_tokens", "temperature", "top_p"})
     #: Keywords the agent may pass to any backend's `generate`, beyond the generation settings.
     AGENT_OPTIONS = frozenset({"on_text", "constraint"})
+    #: What serves the model, for traces (OpenTelemetry's gen_ai.provider.name).
+    provider: str = "tinyagent"
+
+    @property
+    def model_id(self) -> str:
+        """The model's name or path, for traces (gen_ai.request.model); backends that know it say it."""
+        return type(self).__name__
 
     @abstractmethod
     def generate(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> str:
