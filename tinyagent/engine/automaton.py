@@ -15,12 +15,15 @@ import threading
 import time
 import weakref
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..format.step_format import require_outlines
 
 log = logging.getLogger(__name__)
 
+#: () -> (the bytes of each ordinary token id, the end-of-sequence id): a vocabulary not read from a tokenizer
+Pieces = Callable[[], tuple[dict[int, bytes], int | None]]
 MAX_PATTERNS = 16  # compiled patterns kept per tokenizer (one per tool set, plus the forced answer)
 
 
@@ -53,20 +56,25 @@ class CompiledPattern:
     worst_to_final: object        # numpy int per state: the largest to_final among its next states
     worst_to_line_end: object     # the same for to_line_end, over tokens without a newline
     seconds: float                # how long compiling took
-    masks: dict = field(default_factory=dict)  # (state, end ids, width, device) -> bool tensor, True = masked
+    masks: dict = field(default_factory=dict)  # (state, end ids, width[, device]) -> numpy [torch] mask, True = masked
 
 
 _vocabularies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> Vocabulary
 _lock = threading.Lock()  # compiling takes seconds: one thread compiles, the others wait for its result
 
 
-def compile_pattern(tokenizer, pattern: str) -> tuple[Vocabulary, CompiledPattern]:
-    """The compiled automaton of `pattern` for `tokenizer`, from the cache when it was built before."""
+def compile_pattern(tokenizer, pattern: str, pieces: Pieces | None = None) -> tuple[Vocabulary, CompiledPattern]:
+    """The compiled automaton of `pattern` for `tokenizer`, from the cache when it was built before.
+
+    `tokenizer` is a transformers tokenizer, or any object that keys the cache when `pieces` gives
+    its vocabulary (a llama.cpp model: see `engine.llama_runtime.token_pieces`).
+    """
     require_outlines()
     with _lock:
         vocab = _vocabularies.get(tokenizer)
         if vocab is None:
-            vocab = _vocabularies[tokenizer] = _build_vocabulary(tokenizer)
+            built = pieces() if pieces is not None else (token_bytes(tokenizer), tokenizer.eos_token_id)
+            vocab = _vocabularies[tokenizer] = _build_vocabulary(*built)
         compiled = vocab.patterns.get(pattern)
         if compiled is None:
             compiled = vocab.patterns[pattern] = _compile(vocab, pattern)
@@ -118,17 +126,15 @@ def _byte_level_alphabet() -> dict[str, int]:
     return {ch: b for b, ch in chars.items()}
 
 
-def _build_vocabulary(tokenizer) -> Vocabulary:
+def _build_vocabulary(pieces: dict[int, bytes], eos: int | None) -> Vocabulary:
     from outlines_core import Vocabulary as CoreVocabulary
 
-    pieces = token_bytes(tokenizer)
     texts = [""] * (max(pieces, default=0) + 1)
     by_piece: dict[bytes, list[int]] = {}
     for token_id, piece in pieces.items():
         texts[token_id] = piece.decode("utf-8", errors="replace")
         by_piece.setdefault(piece, []).append(token_id)
-    eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else len(texts)
-    return Vocabulary(CoreVocabulary(eos, by_piece), texts)
+    return Vocabulary(CoreVocabulary(eos if eos is not None else len(texts), by_piece), texts)
 
 
 def _compile(vocab: Vocabulary, pattern: str) -> CompiledPattern:

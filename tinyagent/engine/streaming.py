@@ -3,6 +3,7 @@
 """
 from __future__ import annotations
 
+import codecs
 import logging
 import queue
 import threading
@@ -37,6 +38,27 @@ def make_streamer(decode: Callable[[list[int]], str], holdback: StopHoldback):
             pass
 
     return _Streamer()
+
+
+class PieceText:
+    """A reply's text kept up to date token by token from each token's bytes (`piece(token)`), so neither
+    the stop check nor the stream decodes the whole reply again. `text` holds complete characters only:
+    the bytes of a character split over tokens wait for the token that finishes it."""
+
+    def __init__(self, piece: Callable[[int], bytes]):
+        self.piece = piece
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.text = ""
+
+    def add(self, token: int) -> str:
+        """Append `token`; the text so far."""
+        self.text += self._decoder.decode(self.piece(token))
+        return self.text
+
+    def final(self) -> str:
+        """The whole text, an unfinished character at the end written as U+FFFD."""
+        self.text += self._decoder.decode(b"", final=True)
+        return self.text
 
 
 class TextStop:

@@ -7,35 +7,26 @@ is kept and only the tokens after the longest common prefix (compared on token i
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterator
 
-from ..engine import batching, constrained, packed
+from ..engine import batching, packed
 from ..engine.loading import load_hf
 from ..engine.prefix_cache import PrefixCache
-from ..engine.repetition import ReplyRepetition
-from ..engine.streaming import CancelCriterion, TextStop, make_streamer, stream_in_thread
+from ..engine.streaming import CancelCriterion, TextStop, make_streamer
 from ..format.messages import Message
 from ..text import StopHoldback, TextCallback, trim_at_stop
-from .base import BaseModel, Completion
+from .base import Completion
+from .local import DEFAULT_GENERATION, END_OF_TURN_TOKENS, KEPT_PREFIXES, REPLY_OPTIONS, LocalChatModel
 
 log = logging.getLogger(__name__)
 
-#: Special tokens that close a turn in common chat formats; generation stops at any the tokenizer has.
-END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
-#: Options HFChatModel applies itself, within the reply (not transformers' whole-sequence versions).
-REPLY_OPTIONS = ("repetition_penalty", "no_repeat_ngram_size", "max_line_tokens")
-DEFAULT_GENERATION = {"max_new_tokens": 512, "temperature": 0.0, "top_p": 1.0, "repetition_penalty": 1.0,
-                      "no_repeat_ngram_size": 0, "max_line_tokens": None}
 MAX_BATCH = 8        # concurrent generate calls decoded together (1: one at a time, behind a lock)
-KEPT_PREFIXES = 16   # conversations whose KV cache is kept between calls when batching
 _DECODE_CONTEXT = 4  # prompt tokens decoded along with new ones, so a leading space survives decoding
 
 
-class HFChatModel(BaseModel):
+class HFChatModel(LocalChatModel):
     """A transformers chat model: chat template, stop strings, streaming, KV-cache reuse.
 
     `HFChatModel("HuggingFaceTB/SmolLM2-360M-Instruct")`, a local folder, or `gguf_file=` a GGUF file
@@ -43,8 +34,6 @@ class HFChatModel(BaseModel):
     `GenerationConfig` field) apply to every call; `generate` can override the `generation_options`.
     """
 
-    #: The keyword options `generate` honours (others are ignored with a warning).
-    generation_options = frozenset({"max_new_tokens", "temperature", "top_p", *REPLY_OPTIONS})
     provider = "transformers"
     model_id = property(lambda self: getattr(self.model, "name_or_path", None) or type(self).__name__)
 
@@ -92,31 +81,20 @@ class HFChatModel(BaseModel):
 
     # --- prompts --------------------------------------------------------------------------
 
-    def render_prompt(self, messages: list[Message]) -> str:
-        """The prompt text: the chat template, continuing a trailing assistant message unclosed."""
-        apply = self.tokenizer.apply_chat_template
-        last = messages[-1] if messages else {}
-        if last.get("role") != "assistant":
-            return apply(messages, tokenize=False, add_generation_prompt=True)
-        scratchpad = last["content"]
-        if scratchpad:
-            from jinja2 import TemplateError
-
-            try:
-                text = apply(messages, tokenize=False, continue_final_message=True)
-                if text.endswith(scratchpad):
-                    return text
-            except (ValueError, TemplateError):
-                pass
-        # Templates that alter a continued message (e.g. strip it): open a new turn and append it raw.
-        return apply(messages[:-1], tokenize=False, add_generation_prompt=True) + scratchpad
+    def _apply_template(self, messages: list[Message], add_generation_prompt: bool,
+                        continue_final_message: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                                  continue_final_message=continue_final_message)
 
     def encode_prompt(self, text: str) -> list[int]:
         """Token ids of a rendered prompt (the template already holds any BOS token)."""
+        return self.encode_text(text)
+
+    def encode_text(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def count_tokens(self, messages: list[Message]) -> int:
-        return len(self.encode_prompt(self.render_prompt(messages)))
+    def _vocabulary(self) -> tuple[object, None]:
+        return self.tokenizer, None
 
     def decode_new(self, prompt_ids: list[int], new_ids: list[int]) -> str:
         """Text of `new_ids` as it continues the prompt (a leading space stays, special tokens go)."""
@@ -147,16 +125,10 @@ class HFChatModel(BaseModel):
         options = self._options(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                                 repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
                                 max_line_tokens=max_line_tokens)
-        penalty, ngram, line_budget = (options.pop(k) for k in REPLY_OPTIONS)
+        step, repetition = self._reply_rules(options, constraint, stop, options["max_new_tokens"])
         config = self._generation_config(options)
-        processors = list(logits_processor or [])
-        if constraint is not None:
-            if line_budget:
-                constraint = dataclasses.replace(constraint, max_line_tokens=line_budget)
-            processors.append(constrained.step_processor(self.tokenizer, constraint, end_ids=self.end_token_ids,
-                                             max_new_tokens=config.max_new_tokens, stop=stop))
-        if penalty != 1.0 or ngram:
-            processors.append(ReplyRepetition(penalty, ngram))  # after the format: it only picks among allowed
+        # the format after the caller's; repetition after the format: it only picks among what is allowed
+        processors = [*(logits_processor or []), *(p for p in (step, repetition) if p is not None)]
         with self._lock:
             ids = self.encode_prompt(self.render_prompt(messages))
             holdback = StopHoldback(on_text, stop) if on_text else None
@@ -176,15 +148,6 @@ class HFChatModel(BaseModel):
                   and not (new_ids and new_ids[-1] in self.end_token_ids))
         return Completion(text, prompt_tokens=len(ids), completion_tokens=len(new_ids), seconds=seconds,
                           cached_tokens=reused, finish_reason="length" if capped else "stop")
-
-    def stream(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> Iterator[str]:
-        """`generate` as an iterator of text chunks, generated in a background thread.
-
-        Closing or abandoning the iterator stops generation within a token or two and frees the
-        model; whatever the generation raises is raised here (see `streaming.stream_in_thread`).
-        """
-        return stream_in_thread(lambda on_text, cancel: self.generate(
-            messages, stop, on_text=on_text, cancel=cancel, **kwargs))
 
     @property
     def reuse_cache(self) -> bool:
@@ -207,10 +170,6 @@ class HFChatModel(BaseModel):
             logits_processor=LogitsProcessorList(logits_processor or []), device=self.model.device)
         on_token = (lambda new: holdback.update(self.decode_new(ids, new).rstrip("\ufffd"))) if holdback else None
         return self._batcher.run(ids, config, processors, stopping, on_token)
-
-    def _options(self, **overrides) -> dict:
-        """The generation defaults with this call's overrides (those not None)."""
-        return {**self.generation_defaults, **{k: v for k, v in overrides.items() if v is not None}}
 
     def _generation_config(self, options: dict | None = None):
         """A transformers `GenerationConfig` from `options` (the defaults when None), minus REPLY_OPTIONS."""

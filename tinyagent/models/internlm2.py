@@ -9,7 +9,8 @@ from __future__ import annotations
 from ..engine.internlm2_loading import load_internlm2
 from ..engine.loading import load_hf
 from ..format.messages import Message
-from .hf import KEPT_PREFIXES, MAX_BATCH, HFChatModel
+from .hf import MAX_BATCH, HFChatModel
+from .local import KEPT_PREFIXES
 
 DEFAULT_META_INSTRUCTION = (
     "You are an AI assistant whose name is InternLM (书生·浦语).\n"
