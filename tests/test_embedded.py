@@ -83,7 +83,8 @@ def test_generation_stops_at_observation(embedded_model):
     stopped = embedded_model.generate(messages, stop=list(STOP_WORDS), max_new_tokens=8)
     assert stopped == unstopped[: unstopped.find("Observation:")]
     assert stopped.completion_tokens < 8
-    assert stopped.cached_tokens == stopped.prompt_tokens - 1  # same prompt again: all but one token reused
+    # same prompt again: all but its last token reused (llama.cpp: its last two, see llama_runtime.chunks)
+    assert stopped.cached_tokens >= stopped.prompt_tokens - 2
 
 
 @pytest.mark.slow

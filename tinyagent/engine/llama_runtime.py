@@ -66,6 +66,7 @@ def default_threads() -> int:
 class Counters:
     """What went through the model: tokens fed (prompt chunks and one-token steps) and their time."""
 
+    calls: int = 0              # llama_decode calls (forward passes)
     prompt_tokens: int = 0      # tokens fed in passes of more than one token
     single_passes: int = 0      # passes of one token (each decoded token fed back, or a one-token prompt rest)
     single_seconds: float = 0.0
@@ -74,6 +75,16 @@ class Counters:
     @property
     def fed(self) -> int:
         return self.prompt_tokens + self.single_passes
+
+
+def chunks(tokens: list[int]) -> list[tuple[int, list[int]]]:
+    """(offset, chunk) pieces of at most PREFILL_CHUNK tokens, none of one token unless `tokens` is one:
+    llama.cpp computes a lone token with other kernels than a row of a longer batch (logits differ by
+    up to ~0.5 here), and a prompt's rows should come out as a full prefill gives them."""
+    cuts = list(range(0, len(tokens), PREFILL_CHUNK))
+    if len(cuts) > 1 and len(tokens) - cuts[-1] == 1:
+        cuts[-1] -= 1
+    return [(at, tokens[at:end]) for at, end in zip(cuts, [*cuts[1:], len(tokens)])]
 
 
 class LlamaRuntime:
@@ -101,7 +112,11 @@ class LlamaRuntime:
         ctx_params.n_batch = ctx_params.n_ubatch = PREFILL_CHUNK
         ctx_params.n_seq_max = max(1, sequences)
         ctx_params.kv_unified = True  # one pool of cells: a shared start (the system prompt) is held once
+        # Without flash attention a row's logits do not depend on how the prompt was cut into chunks
+        # (with it they do), so a reused prefix gives what a full prefill gives; it also prefills faster here.
+        ctx_params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
         ctx_params.n_threads = ctx_params.n_threads_batch = self.threads
+        ctx_params.no_perf = False  # keep llama.cpp's own timings (`perf`)
         self.ctx = lib.llama_init_from_model(self.model, ctx_params)
         if not self.ctx:
             lib.llama_model_free(self.model)
@@ -207,10 +222,9 @@ class LlamaRuntime:
         import numpy as np
 
         lib, batch = self.lib, self._batch
-        for at in range(0, len(tokens), PREFILL_CHUNK):
+        for at, chunk in chunks(tokens):
             if cancel is not None and cancel.is_set():
                 return None
-            chunk = tokens[at:at + PREFILL_CHUNK]
             batch.n_tokens = len(chunk)
             for i, token in enumerate(chunk):
                 batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, start + at + i, 1
@@ -225,6 +239,7 @@ class LlamaRuntime:
                 raise RuntimeError("llama.cpp's KV cache is full (a longer context_window holds more)" if code == 1
                                    else f"llama_decode failed (code {code})")
             self.counters.seconds += seconds
+            self.counters.calls += 1
             if len(chunk) == 1:
                 self.counters.single_passes += 1
                 self.counters.single_seconds += seconds

@@ -28,12 +28,12 @@ class SequencePool:
         self.held: OrderedDict[int, list[int]] = OrderedDict((seq, []) for seq in range(self.size))  # LRU first
         self.shared_tokens = 0  # tokens a conversation got from another's sequence (computed once, used twice)
 
-    def take(self, ids: list[int], reuse: bool = True) -> tuple[int, int]:
-        """(sequence, reused): the sequence to feed `ids` into, holding their first `reused` tokens (at least one
-        of them is left to feed)."""
+    def take(self, ids: list[int], reuse: bool = True, leave: int = 1) -> tuple[int, int]:
+        """(sequence, reused): the sequence to feed `ids` into, holding their first `reused` tokens (at least
+        `leave` of them, or all, are left to feed)."""
         best, shared = None, 0
         for seq, kept in self.held.items() if reuse else ():
-            n = min(common_prefix_length(kept, ids), len(ids) - 1)
+            n = min(common_prefix_length(kept, ids), len(ids) - leave)
             if n > shared:
                 best, shared = seq, n
         if best is not None and (len(self.held[best]) - shared <= CONTINUATION_TAIL or self.size == 1):

@@ -143,7 +143,8 @@ class LlamaCppModel(LocalChatModel):
         Any failure drops the sequence, so a bad call never poisons the next."""
         if not self._reuse:
             self._pool.clear()
-        seq, reused = self._pool.take(ids, self._reuse)
+        seq, reused = self._pool.take(ids, self._reuse, leave=2)  # the prompt's last row from a batch, as a full
+        # prefill computes it (llama.cpp's one-token kernels round differently: `llama_runtime.chunks`)
         pool, runtime = self._pool, self.runtime
         new: list[int] = []
         reply = PieceText(runtime.piece)
