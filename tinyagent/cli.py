@@ -19,6 +19,7 @@ from . import config as configuration
 from . import web
 from .agent.approval import give_asker
 from .http import RequestFailed
+from .models.embedded import NOTICE as EMBEDDED_NOTICE
 from .options import add_model_options, add_web_options, config_from_args
 from .report import PROG, Reporter, answer, note
 from .secrets import redact
@@ -72,7 +73,9 @@ def load_model(cfg: configuration.Config):
     if m.backend == "openai":
         note(f"Using {model_label(cfg)}")
     elif m.backend == "embedded":
-        note(f"Loading {model_label(cfg)} ... (this takes ~20 s on CPU)")
+        on_llama = configuration.embedded_runtime(cfg) == "llamacpp"
+        note(f"Loading {model_label(cfg)} on {'llama.cpp' if on_llama else 'transformers'} ... "
+             f"({'about a second' if on_llama else 'this takes ~20 s on CPU'})")
     else:
         note(f"Loading {model_label(cfg)} with backend {m.backend} on device {m.device} ...")
     started = time.perf_counter()
@@ -85,6 +88,8 @@ def load_model(cfg: configuration.Config):
         raise LoadError(f"could not load {model_label(cfg)}: {one_line(e, with_type=False)}") from e
     if cfg.model.backend != "openai":
         note(f"Model ready in {time.perf_counter() - started:.1f} s")
+    if cfg.model.backend == "embedded":
+        note(EMBEDDED_NOTICE)
     return model
 
 
@@ -195,6 +200,8 @@ def web_page(args: argparse.Namespace, model=None) -> int:
             return configuration.build_agent(cfg, model, tools=tools, **callbacks)
 
         about = f"Model: {model_label(cfg)}. Tools: {', '.join(new_agent().tools) or 'none'}."
+        if cfg.model.backend == "embedded":
+            about += f"\n\n{EMBEDDED_NOTICE}"
         page = web.ChatPage(new_agent, about).build()
         try:
             url, public = web.serve(page, args.host, args.port, args.share)

@@ -9,6 +9,7 @@ from .. import models
 from ..agent import Agent, telemetry
 from ..agent.approval import Approver
 from ..format.step_format import require_outlines
+from ..models.embedded import runtime_for
 from ..secrets import register_secret
 from ..text import one_line
 from ..tools import Calculator, GoogleSearch, LocalSearch, mcp
@@ -26,9 +27,14 @@ def build_model(cfg: Config):
         log.warning("trust_remote_code is on for %s: Python code from that model repository will run on "
                     "this machine with your permissions. Use it only for repositories you trust.", m.path)
     local = {"max_batch": m.max_batch, "kept_prefixes": m.kept_prefixes}
+    llama = {k: v for k, v in (("context_window", m.context_window), ("threads", m.threads)) if v is not None}
     if m.backend == "embedded":  # CPU unless a device is named: 135M parameters need no GPU
-        return models.default_model(**({} if m.device == "auto" else {"device": m.device}), dtype=m.dtype,
-                                 **local, **gen)
+        device = {} if m.device == "auto" else {"device": m.device}
+        runtime = embedded_runtime(cfg)
+        extra = llama if runtime == "llamacpp" else {**device, "dtype": m.dtype}
+        return models.default_model(runtime=runtime, **extra, **local, **gen)
+    if m.backend == "llamacpp":
+        return models.LlamaCppModel(gguf_path(m), **local, **llama, **gen)
     if m.backend == "hf":
         return models.HFChatModel(m.path, device=m.device, dtype=m.dtype, gguf_file=m.gguf_file,
                                trust_remote_code=m.trust_remote_code, **local, **gen)
@@ -40,6 +46,17 @@ def build_model(cfg: Config):
     return models.OpenAIChatModel(m.base_url, m.name, api_key=api_key, timeout=m.timeout,
                                max_retries=m.max_retries, scratchpad=m.scratchpad,
                                guided_decoding=m.guided_decoding, **gen)
+
+
+def embedded_runtime(cfg: Config) -> str:
+    """Which runtime serves the embedded model under this config: "llamacpp" or "hf" (`runtime_for`)."""
+    m = cfg.model
+    return runtime_for(m.runtime, "cpu" if m.device == "auto" else m.device, m.dtype)
+
+
+def gguf_path(m) -> str:
+    """The .gguf file a llamacpp config names: `path` itself, or `gguf_file` inside the `path` folder."""
+    return os.path.join(os.path.expanduser(m.path), m.gguf_file) if m.gguf_file else os.path.expanduser(m.path)
 
 
 def select_tools(cfg: Config, env: typing.Mapping[str, str] | None = None) -> tuple[list[str], str | None]:

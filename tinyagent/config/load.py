@@ -13,6 +13,8 @@ import typing
 from pathlib import Path
 
 from ..agent import telemetry
+from ..engine.llama_runtime import INSTALL_HINT as LLAMACPP_HINT
+from ..engine.llama_runtime import llamacpp_available
 from ..format.step_format import INSTALL_HINT, outlines_available
 from ..models.openai import GUIDED_DECODING_FIELDS, SCRATCHPAD_MODES
 from ..secrets import register_secret
@@ -23,6 +25,7 @@ from .schema import (
     BACKENDS,
     DTYPES,
     LANGS,
+    RUNTIMES,
     SECTIONS,
     TOOL_NAMES,
     Config,
@@ -155,6 +158,7 @@ def _show(value) -> str:
 def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
     m, g, a = cfg.model, cfg.generation, cfg.agent
     choices = {"model.backend": (m.backend, BACKENDS), "model.dtype": (m.dtype, DTYPES),
+               "model.runtime": (m.runtime, RUNTIMES),
                "model.scratchpad": (m.scratchpad, SCRATCHPAD_MODES), "agent.lang": (a.lang, LANGS),
                "model.guided_decoding": (m.guided_decoding, (None, *GUIDED_DECODING_FIELDS)),
                "agent.approve_mcp": (a.approve_mcp, APPROVALS),
@@ -167,6 +171,7 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
     minimums = {"agent.max_turns": (a.max_turns, 1), "generation.max_new_tokens": (g.max_new_tokens, 1),
                 "generation.temperature": (g.temperature, 0), "model.max_retries": (m.max_retries, 0),
                 "model.max_batch": (m.max_batch, 1), "model.kept_prefixes": (m.kept_prefixes, 0),
+                "model.context_window": (m.context_window, 16), "model.threads": (m.threads, 1),
                 "agent.max_observation_chars": (a.max_observation_chars, 1),
                 "generation.repetition_penalty": (g.repetition_penalty, 1), "generation.no_repeat_ngram_size":
                 (g.no_repeat_ngram_size, 1), "generation.max_line_tokens": (g.max_line_tokens, 1)}
@@ -196,8 +201,16 @@ def _check_backend(m: ModelConfig, where: typing.Callable[[str], str]) -> None:
             _fail(where, "model.path", f"backend {m.backend} needs a hub id or a local model folder")
         if _looks_local(m.path) and not Path(m.path).expanduser().exists():
             _fail(where, "model.path", f"no such model folder: {m.path}")
-    if m.gguf_file and m.backend != "hf":
-        _fail(where, "model.gguf_file", f"is only used by backend hf, not {m.backend}")
+    if m.gguf_file and m.backend not in ("hf", "llamacpp"):
+        _fail(where, "model.gguf_file", f"is only used by backends hf and llamacpp, not {m.backend}")
+    if m.backend == "llamacpp":
+        if not m.path:
+            _fail(where, "model.path", "backend llamacpp needs a .gguf file (or a folder and model.gguf_file)")
+        gguf = Path(m.path).expanduser() / m.gguf_file if m.gguf_file else Path(m.path).expanduser()
+        if not gguf.is_file():
+            _fail(where, "model.gguf_file" if m.gguf_file else "model.path", f"no such GGUF file: {gguf}")
+    if (m.backend == "llamacpp" or m.backend == "embedded" and m.runtime == "llamacpp") and not llamacpp_available():
+        _fail(where, "model.backend" if m.backend == "llamacpp" else "model.runtime", LLAMACPP_HINT)
     if m.backend == "openai":
         if not m.base_url:
             _fail(where, "model.base_url", "backend openai needs the server URL, e.g. http://127.0.0.1:8000/v1")
@@ -234,8 +247,9 @@ def model_overrides(model: str, base_url: str | None = None, backend: str | None
 
     With a `base_url` (or a config already on backend openai) it is the served model name.
     `embedded` is the built-in model; a local folder whose config.json says model_type
-    internlm2, or a hub id containing "internlm2", is InternLM2; a path to a .gguf file is
-    loaded by the hf backend from its folder; anything else is a Hugging Face model.
+    internlm2, or a hub id containing "internlm2", is InternLM2; a path to a .gguf file runs on
+    llama.cpp where it is installed (else the hf backend loads it from its folder); anything else
+    is a Hugging Face model.
     """
     if base_url or backend == "openai":
         return {"model.backend": "openai", "model.name": model, "model.base_url": base_url}
@@ -243,6 +257,8 @@ def model_overrides(model: str, base_url: str | None = None, backend: str | None
         return {"model.backend": "embedded"}
     local = Path(model).expanduser()
     if local.is_file() and local.suffix == ".gguf":
+        if llamacpp_available():
+            return {"model.backend": "llamacpp", "model.path": str(local)}
         return {"model.backend": "hf", "model.path": str(local.parent), "model.gguf_file": local.name}
     if (local / "config.json").is_file():
         try:

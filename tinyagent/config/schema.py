@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-BACKENDS = ("embedded", "hf", "internlm2", "openai")
+BACKENDS = ("embedded", "hf", "internlm2", "llamacpp", "openai")
+RUNTIMES = ("auto", "llamacpp", "hf")  # the embedded model's: auto is llama.cpp where it is installed
 TOOL_NAMES = ("google_search", "calculator", "local_search")
 LANGS = ("auto", "en", "zh")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -23,8 +24,9 @@ class ConfigError(ValueError):
 @dataclass
 class ModelConfig:
     backend: str = "embedded"
-    path: str | None = None          # hub id or local folder (hf, internlm2)
-    gguf_file: str | None = None     # a .gguf file inside `path` (hf)
+    path: str | None = None          # hub id or local folder (hf, internlm2); a .gguf file (llamacpp)
+    gguf_file: str | None = None     # a .gguf file inside `path` (hf, llamacpp)
+    runtime: str = "auto"            # embedded: llamacpp, hf, or auto (llamacpp where installed)
     device: str = "auto"
     dtype: str = "auto"
     trust_remote_code: bool = False
@@ -36,7 +38,9 @@ class ModelConfig:
     timeout: float = 60.0
     max_retries: int = 2
     max_batch: int = 8               # hf, internlm2, embedded: generate calls run together (1: one at a time)
-    kept_prefixes: int = 16          # hf, internlm2, embedded: conversations whose KV cache is kept between calls
+    kept_prefixes: int = 16          # local backends: conversations whose KV cache is kept between calls
+    context_window: int | None = None  # llamacpp: KV cells (null: the file's context, at most 32768)
+    threads: int | None = None       # llamacpp: CPU threads (null: half the CPUs, at least one)
 
 
 @dataclass
