@@ -14,7 +14,7 @@ import time
 from ..engine import batching, packed
 from ..engine.loading import load_hf
 from ..engine.prefix_cache import PrefixCache
-from ..engine.streaming import CancelCriterion, TextStop, make_streamer
+from ..engine.streaming import CancelCriterion, ReplyText, TextStop, make_streamer
 from ..format.messages import Message
 from ..text import StopHoldback, TextCallback, trim_at_stop
 from .base import Completion
@@ -133,12 +133,13 @@ class HFChatModel(LocalChatModel):
             ids = self.encode_prompt(self.render_prompt(messages))
             holdback = StopHoldback(on_text, stop) if on_text else None
             started = time.perf_counter()
-            stopping = [TextStop(lambda new: self.decode_new(ids, new), len(ids), stop)] if stop else []
+            reply = self._reply_text(ids)  # one incremental decoder for the stop check and the stream
+            stopping = [TextStop(reply, len(ids), stop)] if stop else []
             stopping += [CancelCriterion(cancel)] if cancel is not None else []
             if self._batcher is None:
-                new_ids, reused = self._run(ids, config, holdback, processors, stopping)
+                new_ids, reused = self._run(ids, config, holdback, processors, stopping, reply)
         if self._batcher is not None:  # outside the lock: the batcher runs this call with the others
-            new_ids, reused = self._batch(ids, config, holdback, processors, stopping)
+            new_ids, reused = self._batch(ids, config, holdback, processors, stopping, reply)
         seconds = time.perf_counter() - started
         decoded = self.decode_new(ids, new_ids)
         text = trim_at_stop(decoded, stop)
@@ -160,15 +161,19 @@ class HFChatModel(LocalChatModel):
             if self._batcher is not None:
                 self._batcher.prefixes.clear()
 
+    def _reply_text(self, prompt_ids: list[int]) -> ReplyText:
+        """The incremental text of a reply to `prompt_ids`, as `decode_new` gives it whole."""
+        return ReplyText(lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True), prompt_ids[-_DECODE_CONTEXT:])
+
     def _batch(self, ids: list[int], config, holdback: StopHoldback | None, logits_processor: list | None,
-               stopping: list) -> tuple[list[int], int]:
+               stopping: list, reply: ReplyText) -> tuple[list[int], int]:
         """`_run` through the batcher: the same logits processors `generate` builds, the caller's after them."""
         from transformers import LogitsProcessorList
 
         processors = self.model._get_logits_processor(
             generation_config=config, input_ids_seq_length=len(ids),
             logits_processor=LogitsProcessorList(logits_processor or []), device=self.model.device)
-        on_token = (lambda new: holdback.update(self.decode_new(ids, new).rstrip("\ufffd"))) if holdback else None
+        on_token = (lambda new: holdback.update(reply(new))) if holdback else None
         return self._batcher.run(ids, config, processors, stopping, on_token)
 
     def _generation_config(self, options: dict | None = None):
@@ -187,7 +192,7 @@ class HFChatModel(LocalChatModel):
                                 return_dict_in_generate=True, **options)
 
     def _run(self, ids: list[int], config, holdback: StopHoldback | None,
-             logits_processor: list | None, stopping: list = ()) -> tuple[list[int], int]:
+             logits_processor: list | None, stopping: list = (), reply: ReplyText | None = None) -> tuple[list[int], int]:
         """Generate after `ids`, reusing what the kept cache holds of them; returns (new ids, tokens reused).
 
         Any failure, preparing the cache included, drops the kept cache, so one bad call never
@@ -198,7 +203,7 @@ class HFChatModel(LocalChatModel):
 
         device = self.model.device
         input_ids = torch.tensor([ids], device=device)
-        streamer = make_streamer(lambda new: self.decode_new(ids, new), holdback) if holdback else None
+        streamer = make_streamer(reply or self._reply_text(ids), holdback) if holdback else None
         try:
             cache, reused = self._prefix.prepare(ids)
             with torch.inference_mode():
