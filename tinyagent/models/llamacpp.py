@@ -22,9 +22,9 @@ from ..engine.chat_template import template_renderer
 from ..engine.llama_runtime import LlamaRuntime
 from ..engine.sampling import ReplyChooser
 from ..engine.sequences import SequencePool
-from ..engine.streaming import PieceText, StopHoldback
+from ..engine.streaming import PieceText
 from ..format.messages import Message
-from ..text import TextCallback, stop_index, trim_at_stop
+from ..text import StopHoldback, TextCallback, stop_index, trim_at_stop
 from .base import Completion
 from .local import DEFAULT_GENERATION, END_OF_TURN_TOKENS, KEPT_PREFIXES, LocalChatModel
 
@@ -61,6 +61,9 @@ class LlamaCppModel(LocalChatModel):
     `seed`: of the sampler when `temperature` > 0. `max_batch` is accepted for a config's sake: calls
     run one at a time here.
     """
+
+    provider = "llama.cpp"
+    model_id = property(lambda self: self.runtime.path.name)
 
     def __init__(self, path: str | os.PathLike, context_window: int | None = None, threads: int | None = None,
                  reuse_cache: bool = True, kept_prefixes: int = KEPT_PREFIXES, seed: int = 0,
