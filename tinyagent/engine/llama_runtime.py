@@ -249,10 +249,11 @@ class LlamaRuntime:
         return np.ctypeslib.as_array(row, shape=(self.n_vocab,)).copy()
 
     def perf(self) -> dict:
-        """llama.cpp's own counters: prompt tokens and one-token evaluations, and their milliseconds."""
+        """llama.cpp's own counters: tokens of multi-token passes and one-token passes, and their milliseconds.
+        llama.cpp reports a count of 0 as 1 (it divides by them), so a count is 0 until this runtime made such
+        a pass."""
         data = self.lib.llama_perf_context(self.ctx)
-        return {"prompt_tokens": data.n_p_eval, "eval_tokens": data.n_eval,
+        return {"prompt_tokens": data.n_p_eval if self.counters.prompt_tokens else 0,
+                "eval_tokens": data.n_eval if self.counters.single_passes else 0,
                 "prompt_ms": data.t_p_eval_ms, "eval_ms": data.t_eval_ms}
 
-    def reset_perf(self) -> None:
-        self.lib.llama_perf_context_reset(self.ctx)
