@@ -53,10 +53,13 @@ def main() -> None:
             cpu = time.process_time()
             out = model.generate(MESSAGES, max_new_tokens=args.tokens, logits_processor=[ban_end])
             cpu = time.process_time() - cpu
+            prefill_cpu = time.process_time()
             long = model.generate(long_prompt, max_new_tokens=1)
+            prefill_cpu = time.process_time() - prefill_cpu
             print(f"{dtype:9} run {repeat}: {1000 * out.seconds / out.completion_tokens:6.1f} ms/token wall, "
                   f"{1000 * cpu / out.completion_tokens:6.1f} ms/token CPU; prefill {long.prompt_tokens} tokens at "
-                  f"{long.prompt_tokens / long.seconds:5.0f} tokens/s", flush=True)
+                  f"{long.prompt_tokens / long.seconds:5.0f} tokens/s wall, {long.prompt_tokens / prefill_cpu:5.0f} "
+                  "tokens/CPU-s", flush=True)
 
 
 if __name__ == "__main__":

@@ -143,8 +143,10 @@ def test_a_llamacpp_config_without_llama_cpp_installed_says_how_to_install_it(mo
         message = error_of(None, overrides)
         assert message.startswith(f"{key}: the llama.cpp backend needs llama-cpp-python") and "\n" not in message
     assert model_overrides(str(gguf)) == {"model.backend": "hf", "model.path": str(tmp_path), "model.gguf_file": "m.gguf"}
+    assert "model.gguf_file: no such GGUF file" in error_of(None, model_overrides(str(tmp_path / "none.gguf")))
     monkeypatch.setattr(load, "llamacpp_available", lambda: True)
     assert model_overrides(str(gguf)) == {"model.backend": "llamacpp", "model.path": str(gguf)}
+    assert "model.path: no such GGUF file" in error_of(None, model_overrides(str(tmp_path / "none.gguf")))
 
 
 def test_model_overrides_pick_the_backend(tmp_path):

@@ -201,6 +201,9 @@ def _check_backend(m: ModelConfig, where: typing.Callable[[str], str]) -> None:
             _fail(where, "model.path", f"backend {m.backend} needs a hub id or a local model folder")
         if _looks_local(m.path) and not Path(m.path).expanduser().exists():
             _fail(where, "model.path", f"no such model folder: {m.path}")
+    if m.backend == "hf" and m.gguf_file and m.path and Path(m.path).expanduser().is_dir():
+        if not (Path(m.path).expanduser() / m.gguf_file).is_file():
+            _fail(where, "model.gguf_file", f"no such GGUF file: {Path(m.path).expanduser() / m.gguf_file}")
     if m.gguf_file and m.backend not in ("hf", "llamacpp"):
         _fail(where, "model.gguf_file", f"is only used by backends hf and llamacpp, not {m.backend}")
     if m.backend == "llamacpp":
@@ -256,7 +259,7 @@ def model_overrides(model: str, base_url: str | None = None, backend: str | None
     if model == "embedded":
         return {"model.backend": "embedded"}
     local = Path(model).expanduser()
-    if local.is_file() and local.suffix == ".gguf":
+    if local.suffix == ".gguf" and (local.is_file() or not local.exists()):  # a missing one: said at load_config
         if llamacpp_available():
             return {"model.backend": "llamacpp", "model.path": str(local)}
         return {"model.backend": "hf", "model.path": str(local.parent), "model.gguf_file": local.name}
