@@ -203,7 +203,8 @@ def test_interleaved_conversations_keep_their_own_cache_and_share_their_start(mo
 
 
 def test_a_full_cache_drops_the_least_recent_conversation():
-    small = LlamaCppModel(embedded_gguf_path(), context_window=1024, kept_prefixes=4)
+    small = LlamaCppModel(embedded_gguf_path(), context_window=1024, kept_prefixes=4, kv_cells=1024)
+    assert small.runtime.kv_cells == 1024 and LlamaCppModel(embedded_gguf_path(), context_window=1024).runtime.kv_cells == 2048
     questions = [[{"role": "system", "content": f"You are assistant number {i}. " * 45},
                   {"role": "user", "content": "Say hello."}] for i in range(4)]
     outs = [small.generate(q, max_new_tokens=8) for q in questions]

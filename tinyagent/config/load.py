@@ -171,7 +171,8 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
     minimums = {"agent.max_turns": (a.max_turns, 1), "generation.max_new_tokens": (g.max_new_tokens, 1),
                 "generation.temperature": (g.temperature, 0), "model.max_retries": (m.max_retries, 0),
                 "model.max_batch": (m.max_batch, 1), "model.kept_prefixes": (m.kept_prefixes, 0),
-                "model.context_window": (m.context_window, 16), "model.threads": (m.threads, 1),
+                "model.context_window": (m.context_window, 16), "model.kv_cells": (m.kv_cells, 16),
+                "model.threads": (m.threads, 1),
                 "agent.max_observation_chars": (a.max_observation_chars, 1),
                 "generation.repetition_penalty": (g.repetition_penalty, 1), "generation.no_repeat_ngram_size":
                 (g.no_repeat_ngram_size, 1), "generation.max_line_tokens": (g.max_line_tokens, 1)}

@@ -39,7 +39,8 @@ class ModelConfig:
     max_retries: int = 2
     max_batch: int = 8               # hf, internlm2, embedded: generate calls run together (1: one at a time)
     kept_prefixes: int = 16          # local backends: conversations whose KV cache is kept between calls
-    context_window: int | None = None  # llamacpp: KV cells (null: the file's context, at most 32768)
+    context_window: int | None = None  # llamacpp: tokens per conversation (null: the file's, at most 32768)
+    kv_cells: int | None = None      # llamacpp: KV cache of the kept conversations (null: 2 windows, at most 32768)
     threads: int | None = None       # llamacpp: CPU threads (null: half the CPUs, at least one)
 
 

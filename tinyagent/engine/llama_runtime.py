@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 
 INSTALL_HINT = ("the llama.cpp backend needs llama-cpp-python: pip install 'tinyagent[llamacpp]' (its first "
                 "install builds llama.cpp from source: about 10 minutes on 2 cores)")
-MAX_CONTEXT = 32768   # KV cells allocated when the file's own context is longer (each costs memory up front)
+MAX_CONTEXT = 32768   # the context window when the file's own is longer (KV cells cost memory up front)
+KV_CELLS_PER_WINDOW = 2  # kept conversations share this many context windows of KV cells (at most MAX_CONTEXT)
 PREFILL_CHUNK = 512   # prompt tokens per llama_decode call (cancel is checked between chunks)
 
 _backend_lock = threading.Lock()
@@ -44,7 +45,9 @@ def _library():
     """The llama_cpp module, with its backend initialised once and its C log lines silenced."""
     global _backend_ready
     require_llamacpp()
-    logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)  # llama.cpp's own log lines, unless errors
+    # llama.cpp's own log lines, even its errors ("failed to find a memory slot" when the cache is full, which
+    # make_room then handles): what goes wrong is raised here as an exception with a one-line message
+    logging.getLogger("llama-cpp-python").setLevel(logging.CRITICAL + 1)
     import llama_cpp
 
     with _backend_lock:
@@ -89,10 +92,11 @@ def chunks(tokens: list[int]) -> list[tuple[int, list[int]]]:
 
 class LlamaRuntime:
     """One GGUF file on llama.cpp: its vocabulary, its chat template, and a KV cache of `sequences`
-    conversations sharing `context_window` cells (a conversation may use all of them)."""
+    conversations of up to `context_window` tokens each, sharing `kv_cells` cells (default: one window for
+    one sequence, else KV_CELLS_PER_WINDOW windows, at most MAX_CONTEXT unless the window is longer)."""
 
     def __init__(self, path: str | os.PathLike, context_window: int | None = None, sequences: int = 1,
-                 threads: int | None = None):
+                 threads: int | None = None, kv_cells: int | None = None):
         self.path = Path(path).expanduser()
         if not self.path.is_file():
             raise FileNotFoundError(f"no such GGUF file: {self.path}")
@@ -108,7 +112,10 @@ class LlamaRuntime:
         self.context_window = int(context_window or min(trained, MAX_CONTEXT))
         self.threads = threads or default_threads()
         ctx_params = lib.llama_context_default_params()
-        ctx_params.n_ctx = self.context_window
+        self.kv_cells = int(kv_cells or (self.context_window if sequences <= 1 else
+                                         max(self.context_window, min(KV_CELLS_PER_WINDOW * self.context_window,
+                                                                      MAX_CONTEXT))))
+        ctx_params.n_ctx = self.kv_cells
         ctx_params.n_batch = ctx_params.n_ubatch = PREFILL_CHUNK
         ctx_params.n_seq_max = max(1, sequences)
         ctx_params.kv_unified = True  # one pool of cells: a shared start (the system prompt) is held once
@@ -120,8 +127,8 @@ class LlamaRuntime:
         self.ctx = lib.llama_init_from_model(self.model, ctx_params)
         if not self.ctx:
             lib.llama_model_free(self.model)
-            raise ValueError(f"{self.path}: llama.cpp could not make a context of {self.context_window} tokens "
-                             "(out of memory? set a smaller context_window)")
+            raise ValueError(f"{self.path}: llama.cpp could not make a KV cache of {self.kv_cells} cells "
+                             "(out of memory? set a smaller context_window or kv_cells)")
         self.sequences = ctx_params.n_seq_max
         self.memory = lib.llama_get_memory(self.ctx)
         self._batch = lib.llama_batch_init(PREFILL_CHUNK, 0, 1)
@@ -236,7 +243,7 @@ class LlamaRuntime:
                 code = lib.llama_decode(self.ctx, batch)
             seconds = time.perf_counter() - started
             if code != 0:
-                raise RuntimeError("llama.cpp's KV cache is full (a longer context_window holds more)" if code == 1
+                raise RuntimeError("llama.cpp's KV cache is full (more kv_cells hold more)" if code == 1
                                    else f"llama_decode failed (code {code})")
             self.counters.seconds += seconds
             self.counters.calls += 1

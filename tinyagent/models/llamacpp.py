@@ -56,8 +56,8 @@ class Vocabulary:
 class LlamaCppModel(LocalChatModel):
     """`LlamaCppModel("model.gguf")`: any GGUF chat model llama.cpp runs (see the module docstring).
 
-    `context_window`: KV cells (default the file's trained context, at most `llama_runtime.MAX_CONTEXT`),
-    shared by the kept conversations; `threads`: CPU threads (default all this process may use);
+    `context_window`: tokens of one conversation (default the file's trained context, at most
+    `llama_runtime.MAX_CONTEXT`); `kv_cells`: the KV cache the kept conversations share (see `LlamaRuntime`); `threads`: CPU threads (default half the CPUs this process may use);
     `seed`: of the sampler when `temperature` > 0. `max_batch` is accepted for a config's sake: calls
     run one at a time here.
     """
@@ -66,18 +66,19 @@ class LlamaCppModel(LocalChatModel):
     model_id = property(lambda self: self.runtime.path.name)
 
     def __init__(self, path: str | os.PathLike, context_window: int | None = None, threads: int | None = None,
-                 reuse_cache: bool = True, kept_prefixes: int = KEPT_PREFIXES, seed: int = 0,
-                 max_batch: int | None = None, **generation_defaults):
+                 reuse_cache: bool = True, kept_prefixes: int = KEPT_PREFIXES, kv_cells: int | None = None,
+                 seed: int = 0, max_batch: int | None = None, **generation_defaults):
         import numpy as np
 
-        self.runtime = LlamaRuntime(path, context_window, max(1, kept_prefixes) if reuse_cache else 1, threads)
+        self.runtime = LlamaRuntime(path, context_window, max(1, kept_prefixes) if reuse_cache else 1, threads,
+                                    kv_cells)
         template = self.runtime.chat_template()
         if not template:
             raise ValueError(f"{Path(path).name} has no chat template in its metadata: use a chat (instruct) model")
         self._template = template_renderer(template, **self.runtime.special_token_texts())
-        self.control_tokens = tuple(sorted({self.runtime.token_text(t) for t in self.runtime.control_tokens()} - {""}))
-        ends = set(self.runtime.end_tokens())
-        ends |= {t for t in self.runtime.control_tokens() if self.runtime.token_text(t) in END_OF_TURN_TOKENS}
+        control = {t: self.runtime.token_text(t) for t in self.runtime.control_tokens()}
+        self.control_tokens = tuple(sorted(set(control.values()) - {""}))
+        ends = set(self.runtime.end_tokens()) | {t for t, text in control.items() if text in END_OF_TURN_TOKENS}
         self.end_token_ids = sorted(ends)
         self.context_window = self.runtime.context_window
         self.generation_defaults = {**DEFAULT_GENERATION, **generation_defaults}
