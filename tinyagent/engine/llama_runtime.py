@@ -19,8 +19,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-log = logging.getLogger(__name__)
-
 INSTALL_HINT = ("the llama.cpp backend needs llama-cpp-python: pip install 'tinyagent[llamacpp]' (its first "
                 "install builds llama.cpp from source: about 10 minutes on 2 cores)")
 MAX_CONTEXT = 32768   # the context window when the file's own is longer (KV cells cost memory up front)
