@@ -12,23 +12,36 @@ log = logging.getLogger(__name__)
 
 # --- reasoning blocks ---------------------------------------------------------------------------
 
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_THINK_TAG = re.compile(r"<(/?)think>", re.IGNORECASE)
 
 
 def mask_thinking(text: str) -> str:
     """`text` with every reasoning block (`<think>…</think>`, an unclosed `<think>…`, or everything
-    before a lone `</think>`) blanked to spaces of the same length, so positions still line up."""
-    def blank(s: str) -> str:
-        return " " * len(s)
+    before a lone `</think>`) blanked to spaces of the same length, so positions still line up.
 
-    text = _THINK.sub(lambda m: blank(m.group(0)), text)
-    close = text.lower().rfind("</think>")
-    if close >= 0:  # the template opened the block in the prompt (DeepSeek-R1 distills)
-        text = blank(text[: close + len("</think>")]) + text[close + len("</think>"):]
-    start = text.lower().find("<think>")
-    if start >= 0:
-        text = text[:start] + blank(text[start:])
-    return text
+    One pass over the tags, so linear in the length: a streamed reply is masked again at every
+    update, and one full of `<think>` fragments once cost cubic time."""
+    blanked: list[tuple[int, int]] = []
+    opened, lone_close_end = None, 0
+    for tag in _THINK_TAG.finditer(text):
+        if not tag.group(1):
+            opened = tag.start() if opened is None else opened
+        elif opened is not None:
+            blanked.append((opened, tag.end()))
+            opened = None
+        else:  # the template opened the block in the prompt (DeepSeek-R1 distills)
+            lone_close_end = tag.end()
+    if lone_close_end:
+        blanked = [(0, lone_close_end)] + [(a, b) for a, b in blanked if b > lone_close_end]
+    if opened is not None:
+        blanked.append((opened, len(text)))
+    if not blanked:
+        return text
+    parts, at = [], 0
+    for start, end in blanked:
+        parts += [text[at:start], " " * (end - start)]
+        at = end
+    return "".join(parts) + text[at:]
 
 
 # --- stop strings ---------------------------------------------------------------------------------
