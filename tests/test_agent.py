@@ -406,6 +406,26 @@ def test_stop_ends_the_run_after_the_step_in_progress(scripted):
     assert agent.run("again?").steps[0].kind == "action"  # the next run starts normally
 
 
+def test_a_stop_asked_before_the_run_ends_that_run(scripted):
+    model = scripted([CALL_2_10, "Final Answer: 1024"])
+    agent = Agent(model, tools=[Calculator()])
+    agent.stop()  # e.g. Stop pressed while the page was starting the run
+    result = agent.run("?")
+    assert (result.steps, result.stop_reason, model.calls) == ([], "stopped", [])
+    assert agent.run("again?").stop_reason == "final_answer"  # that stop is spent
+    agent.stop()
+    agent.cancel_stop()  # a stop that came too late for the run it meant
+    assert agent.run("once more?").stop_reason != "stopped"
+
+
+def test_a_stop_during_the_last_turn_skips_the_forced_answer(scripted):
+    model = scripted([CALL_2_10, "Final Answer: never asked"])
+    agent = Agent(model, tools=[Calculator()], max_turns=1)
+    agent.on_step = lambda step: agent.stop()
+    result = agent.run("?")
+    assert (result.stop_reason, len(model.calls)) == ("stopped", 1)
+
+
 @pytest.mark.parametrize("kwargs,words", [
     ({"max_turn": 3}, "unknown keyword argument(s) max_turn"),
     ({"temprature": 0.5}, "unknown keyword argument(s) temprature"),
