@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import types
@@ -132,13 +133,13 @@ def _fits(value, hint) -> bool:
         return isinstance(value, bool)
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is float:  # YAML's .nan and .inf are floats too, and no setting means them
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     return isinstance(value, hint)
 
 
 def _describe(hint) -> str:
-    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
+    names = {str: "a string", int: "an integer", float: "a finite number", bool: "true or false",
              type(None): "null", list[str]: "a list of strings",
              list[dict]: "a list of mappings", dict[str, str]: "a mapping of names to strings"}
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
