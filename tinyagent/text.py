@@ -151,13 +151,30 @@ def lang_for(setting: str, text: str) -> str:
     return setting if setting != "auto" else detect_lang(text)
 
 
+# --- token counts without a tokenizer ----------------------------------------------------------
+
+#: Characters per token assumed for ASCII text, and tokens per other character (Chinese, accents, emoji):
+#: on the high side of what BPE tokenizers produce (README: measurements), so a prompt fitted to an
+#: estimate fits the real count.
+ASCII_CHARS_PER_TOKEN = 3.0
+TOKENS_PER_OTHER_CHAR = 2.0
+
+
+def estimate_tokens(text: str) -> int:
+    """About how many tokens `text` takes, rounded up; for a server whose tokenizer is not at hand."""
+    other = sum(1 for ch in text if ord(ch) > 127) if not text.isascii() else 0
+    return int((len(text) - other) / ASCII_CHARS_PER_TOKEN + other * TOKENS_PER_OTHER_CHAR) + 1
+
+
 # --- one line -----------------------------------------------------------------------------------
 
 LINE_LIMIT = 300  # characters of an error shown on one line (CLI, chat page, results)
 
 
 def clip(text: str, limit: int, mark: str = "…") -> str:
-    """`text` cut to at most `limit` characters, ending with `mark` when cut."""
+    """`text` redacted, then cut to at most `limit` characters, ending with `mark` when cut: redacting
+    first, so no part of a secret that straddles the cut survives it."""
+    text = redact(text)
     return text if len(text) <= limit else text[: max(0, limit - len(mark))] + mark
 
 
@@ -172,7 +189,7 @@ def one_line(error: BaseException, limit: int | None = LINE_LIMIT, with_type: bo
         text = f"{type(error).__name__}: {first}" if first else type(error).__name__
     else:
         text = first or type(error).__name__
-    return redact(text) if limit is None else clip(redact(text), limit)
+    return redact(text) if limit is None else clip(text, limit)
 
 
 # --- names --------------------------------------------------------------------------------------
