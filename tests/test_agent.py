@@ -472,7 +472,8 @@ def test_distill_prompt_is_bounded_and_fits_the_window(scripted):
     result = Agent(model, tools=[dump], distill_observations=True).run("?")
     distill_prompt = model.calls[1]["messages"][0]["content"]
     assert model.count_tokens(model.calls[1]["messages"]) <= 2048 - 256
-    assert "more characters cut" in distill_prompt and len(result.steps[0].raw_observation) == 1_000_000
+    assert "more characters cut" in distill_prompt
+    assert result.steps[0].raw_observation.endswith("[... 934464 more characters not kept ...]")
     assert result.steps[0].observation.endswith("the facts") and result.answer == "ok"
 
 
@@ -502,3 +503,24 @@ def test_a_hung_tool_becomes_a_timeout_observation_and_may_be_retried(scripted):
 def test_tool_timeout_must_be_positive_or_none(scripted, value):
     with pytest.raises(ValueError, match="tool_timeout"):
         Agent(scripted([]), tool_timeout=value)
+
+
+@tool
+def huge_page() -> str:
+    """A 7.5 MB page."""
+    return "word " * 1_500_000
+
+
+@pytest.mark.parametrize("cap", [4000, None])
+def test_huge_tool_output_is_kept_only_up_to_the_raw_cap(scripted, cap):
+    from tinyagent.format.observations import MAX_RAW_OBSERVATION_CHARS
+    from tinyagent.trace import dumps
+
+    agent = Agent(scripted(["Action: huge_page\nAction Input: {}", "Final Answer: long"]), tools=[huge_page],
+                  max_observation_chars=cap)
+    step = agent.run("read it").steps[0]
+    stored = step.raw_observation if step.raw_observation is not None else step.observation
+    assert len(stored) < MAX_RAW_OBSERVATION_CHARS + 100 and stored.endswith("more characters not kept ...]")
+    assert stored.startswith("word word") and len(dumps(step)) < 3 * MAX_RAW_OBSERVATION_CHARS
+    if cap is not None:
+        assert len(step.observation) < cap + 100

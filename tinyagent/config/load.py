@@ -16,7 +16,7 @@ from pathlib import Path
 from ..agent import telemetry
 from ..format.step_format import INSTALL_HINT, outlines_available
 from ..models.openai import GUIDED_DECODING_FIELDS, SCRATCHPAD_MODES
-from ..secrets import register_secret
+from ..secrets import register_args, register_secret, register_url
 from ..text import clip
 from ..tools.mcp.spec import spec_problem
 from .schema import (
@@ -199,6 +199,7 @@ def _check_backend(m: ModelConfig, where: typing.Callable[[str], str]) -> None:
             _fail(where, "model.path", f"no such model folder: {m.path}")
     if m.gguf_file and m.backend != "hf":
         _fail(where, "model.gguf_file", f"is only used by backend hf, not {m.backend}")
+    register_url(m.base_url)  # its credentials are secrets before any message can show them
     if m.backend == "openai":
         if not m.base_url:
             _fail(where, "model.base_url", "backend openai needs the server URL, e.g. http://127.0.0.1:8000/v1")
@@ -214,6 +215,10 @@ def _check_mcp_servers(specs: list[dict], where: typing.Callable[[str], str]) ->
     for i, spec in enumerate(specs):
         for value in (spec.get("env") or {}).values() if isinstance(spec, dict) else ():
             register_secret(value if isinstance(value, str) else None)  # before any error or trace shows it
+        if isinstance(spec, dict) and isinstance(spec.get("args"), list):
+            secret_flags = spec.get("secret_args") if isinstance(spec.get("secret_args"), list) else []
+            register_args([a for a in spec["args"] if isinstance(a, str)],
+                          [f for f in secret_flags if isinstance(f, str)])
         problem = spec_problem(spec)
         if problem:
             _fail(where, "agent.mcp_servers", f"entry {i + 1}: {problem}")
