@@ -8,7 +8,7 @@ import json
 import logging
 import time
 
-from ..format.arguments import ActionInputError, read_arguments
+from ..format.arguments import ActionInputError, check_arguments_depth, read_arguments
 from ..format.kinds import StepKind
 from ..format.observations import kept, refused_observation, tool_failure
 from ..secrets import redact
@@ -28,6 +28,7 @@ def validate(tool: Tool, step: Step) -> dict:
     """The step's arguments, read from its input when the reader did not parse them, checked against
     the tool's parameters; raises ActionInputError or ToolError with a message for the model."""
     arguments = step.arguments if step.arguments is not None else read_arguments(step.action_input or "", tool)
+    check_arguments_depth(arguments)
     return tool.validate(arguments)
 
 
