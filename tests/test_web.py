@@ -52,7 +52,37 @@ def text(message: dict) -> str:
     return "".join(part["text"] for part in message["content"])
 
 
-def follow(job, *checkpoints) -> list[list[dict]]:
+class Visitor:
+    """One visitor of the page through its HTTP API, keeping the session id the page hands out (the page
+    itself keeps it in a hidden field): /respond takes (question, id) and gives (chat, box, id, and the
+    approval card's text, arguments and reason)."""
+
+    def __init__(self, url: str, **kwargs):
+        self.client, self.key = Client(url, verbose=False, **kwargs), ""
+
+    def ask(self, question: str) -> tuple[list[dict], str]:
+        chat, box, self.key, *_card = self.client.predict(question, self.key, api_name="/respond")
+        return chat, box
+
+    def submit(self, question: str):
+        return self.client.submit(question, self.key, api_name="/respond")
+
+    def joined(self, job) -> str:
+        """The session id of a running (or finished) job: its latest output's (waiting for a first one)."""
+        self.key = (job.outputs() or [next(job)])[-1][2]
+        return self.key
+
+    def stop(self) -> None:
+        self.client.predict(self.key, api_name="/stop")
+
+    def approve(self, decision: str, arguments: str = "", reason: str = "") -> bool:
+        return self.client.predict(decision, arguments, reason, self.key, api_name="/approve")
+
+    def clear(self) -> list:
+        return self.client.predict(self.key, api_name="/clear")
+
+
+def follow(job, *checkpoints, visitor: Visitor | None = None) -> list[list[dict]]:
     """Every chat the job streamed. `checkpoints` are (predicate, action) pairs, taken in order: the
     action runs at the first chat that meets its predicate; all must be met."""
     chats, waiting = [], list(checkpoints)
@@ -61,6 +91,8 @@ def follow(job, *checkpoints) -> list[list[dict]]:
         if waiting and waiting[0][0](chat):
             waiting.pop(0)[1]()
     chats.append(job.result()[0])
+    if visitor is not None:
+        visitor.key = job.result()[2]
     assert not waiting, f"{len(waiting)} checkpoint(s) never seen on the page"
     return chats
 
@@ -77,11 +109,11 @@ def test_two_turns_stream_steps_in_order_and_keep_history(start_page):
         "Thought: The first turn named him.\nFinal Answer: Jay (2000)",
         "Final Answer: no history here",
     ])
-    client = Client(start_page(agents_of(model)), verbose=False)
+    client = Visitor(start_page(agents_of(model)))
 
-    chats = follow(client.submit("Which year was Jay Chou born?", api_name="/respond"),
+    chats = follow(client.submit("Which year was Jay Chou born?"),
                    (lambda chat: pending_text(chat) == "Thought: I need to look", model.resume.release),
-                   (lambda chat: pending_text(chat) == "Thought: I now", model.resume.release))
+                   (lambda chat: pending_text(chat) == "Thought: I now", model.resume.release), visitor=client)
 
     def first(predicate) -> int:
         return next(i for i, chat in enumerate(chats) if predicate(chat))
@@ -103,15 +135,15 @@ def test_two_turns_stream_steps_in_order_and_keep_history(start_page):
     assert answer["metadata"] is None
     assert text(answer).startswith("1979\n\n*[2 steps, 110 tokens (100 prompt + 10 generated), ")
 
-    second, *_ = client.predict("What was his first album?", api_name="/respond")
+    second, _ = client.ask("What was his first album?")
     assert second[:4] == final and text(second[4]) == "What was his first album?"
     assert text(second[-1]).startswith("Jay (2000)\n\n*[1 step, ")
     sent = model.calls[2]["messages"]
     assert [m["content"] for m in sent if m["role"] != "system"][:3] == [
         "Which year was Jay Chou born?", "1979", "What was his first album?"]
 
-    assert client.predict(api_name="/clear") == []
-    after, *_ = client.predict("Anything?", api_name="/respond")
+    assert client.clear() == []
+    after, _ = client.ask("Anything?")
     assert [text(m) for m in after if m["role"] == "user"] == ["Anything?"]
     assert [m["role"] for m in model.calls[3]["messages"]] == ["system", "user"]
 
@@ -137,12 +169,13 @@ class EchoModel(ScriptedModel):
 
 def test_two_clients_run_at_once_and_keep_separate_histories(start_page):
     url = start_page(agents_of(EchoModel(together=2)))
-    alice, bob = Client(url, verbose=False), Client(url, verbose=False)
-    jobs = [alice.submit("apple", api_name="/respond"), bob.submit("banana", api_name="/respond")]
+    alice, bob = Visitor(url), Visitor(url)
+    jobs = [alice.submit("apple"), bob.submit("banana")]
     firsts = [job.result()[0] for job in jobs]   # each waited at the barrier for the other: concurrent
+    assert alice.joined(jobs[0]) != bob.joined(jobs[1])
     assert text(firsts[0][-1]).startswith("heard apple\n") and text(firsts[1][-1]).startswith("heard banana\n")
-    chat_a, *_ = alice.predict("apricot", api_name="/respond")
-    chat_b, *_ = bob.predict("blueberry", api_name="/respond")
+    chat_a, _ = alice.ask("apricot")
+    chat_b, _ = bob.ask("blueberry")
     assert text(chat_a[-1]).startswith("heard apple | apricot\n")
     assert text(chat_b[-1]).startswith("heard banana | blueberry\n")
     assert [text(m) for m in chat_a if m["role"] == "user"] == ["apple", "apricot"]
@@ -164,19 +197,20 @@ def test_stop_ends_the_run_after_the_step_in_progress(start_page):
         'Thought: search again.\nAction: slow_search\nAction Input: {"query": "y"}',
         "Final Answer: never reached",
     ])
-    client = Client(start_page(agents_of(model, tools=[slow_search])), verbose=False)
-    job = client.submit("Find x", api_name="/respond")
+    client = Visitor(start_page(agents_of(model, tools=[slow_search])))
+    job = client.submit("Find x")
     assert entered.wait(WAIT_S)
-    busy = client.predict("Meanwhile?", api_name="/respond")   # one run at a time per conversation
+    client.joined(job)
+    busy = client.ask("Meanwhile?")   # one run at a time per conversation
     assert busy[1] == "Meanwhile?" and len(model.calls) == 1    # the question stays in the box
-    client.predict(api_name="/stop")   # returns once the stop is registered
+    client.stop()   # returns once the stop is registered
     release.set()
     chat = job.result()[0]
     assert len(model.calls) == 1   # no second step
     assert [m["metadata"]["title"] for m in chat[1:-1]] == ["Step 1 · slow_search"]
     assert "Observation: a slow result" in text(chat[1])
     assert text(chat[-1]).startswith("Stopped after 1 step(s).\n\n*[1 step, ")
-    after, *_ = client.predict("Again?", api_name="/respond")   # the next question runs in full
+    after, _ = client.ask("Again?")   # the next question runs in full
     assert after[:len(chat)] == chat and text(after[-1]).startswith("never reached\n\n*[2 steps, ")
 
 
@@ -210,9 +244,9 @@ def test_errors_are_chat_messages_and_secrets_never_reach_the_page(start_page, m
         "unused: this call raises",
         "Final Answer: still here",
     ])
-    client = Client(start_page(lambda **callbacks: agent_class(model, tools=[lookup], **callbacks)), verbose=False)
-    chats = follow(client.submit("What is my key?", api_name="/respond"),
-                   (lambda chat: pending_text(chat) == "Thought: my key is ", model.resume.release))
+    client = Visitor(start_page(lambda **callbacks: agent_class(model, tools=[lookup], **callbacks)))
+    chats = follow(client.submit("What is my key?"),
+                   (lambda chat: pending_text(chat) == "Thought: my key is ", model.resume.release), visitor=client)
     shown = json.dumps(chats)
     assert "sekr" not in shown and "[REDACTED]" in shown and "Traceback" not in shown
     final = chats[-1]
@@ -222,7 +256,7 @@ def test_errors_are_chat_messages_and_secrets_never_reach_the_page(start_page, m
     assert text(final[-1]).startswith(error) and "second line" not in text(final[-1])
     if agent_class is Agent:   # the CLI's summary line, and the chat goes on after a model error
         assert text(final[-1]).endswith(", stopped: the model failed]*")
-        chat, *_ = client.predict("Still there?", api_name="/respond")
+        chat, _ = client.ask("Still there?")
         assert text(chat[-1]).startswith("still here") and chat[:len(final)] == final
 
 
@@ -271,10 +305,10 @@ def test_tinyagent_web_serves_the_configured_model_until_ctrl_c():
         args = ["--base-url", stub.base_url, "--model", "stub-model", "--tools", "calculator", "--port",
                 str(free_port())]
         with running([TINYAGENT, "web", *args], env={"OPENAI_API_KEY": SECRET}) as (process, url, stderr):
-            client = Client(url, verbose=False)
-            chat, *_ = client.predict("What is 6*7?", api_name="/respond")
+            client = Visitor(url)
+            chat, _ = client.ask("What is 6*7?")
             assert "Observation: 42" in text(chat[1]) and text(chat[-1]).startswith("42\n\n*[2 steps, ")
-            chat, *_ = client.predict("Which year was Jay Chou born?", api_name="/respond")
+            chat, _ = client.ask("Which year was Jay Chou born?")
             assert text(chat[-1]).startswith("1979")
         assert process.returncode == 0
         assert stub.requests[-1]["body"]["messages"][1]["content"] == "What is 6*7?"   # the history went along
@@ -292,7 +326,7 @@ def test_web_serves_the_tools_of_an_mcp_server_and_stops_it_on_exit(monkeypatch)
     monkeypatch.setattr(cli.configuration, "close_tools", lambda tools: (closed.extend(tools), close_tools(tools)))
 
     def ask_then_close(page) -> None:  # instead of waiting for Ctrl-C
-        chats.append(Client(page.local_url, verbose=False).predict("What time is it?", api_name="/respond")[0])
+        chats.append(Visitor(page.local_url).ask("What time is it?")[0])
         page.close()
 
     monkeypatch.setattr(gradio.Blocks, "block_thread", ask_then_close)
@@ -331,7 +365,7 @@ def test_run_demo_web_serves_the_demo_agent(monkeypatch, capsys):
     model, answers = LiveModel(["Thought: easy.\nFinal Answer: hello"]), []
 
     def ask_then_close(page) -> None:  # instead of waiting for Ctrl-C
-        answers.append(Client(page.local_url, verbose=False).predict("Hi?", api_name="/respond")[0])
+        answers.append(Visitor(page.local_url).ask("Hi?")[0])
         page.close()
 
     monkeypatch.setattr(gradio.Blocks, "block_thread", ask_then_close)
@@ -363,7 +397,7 @@ def test_without_gradio_the_command_says_how_to_install_it(capsys, monkeypatch):
 def test_a_chinese_question_gets_chinese_step_titles(start_page):
     model = LiveModel(['Thought: 我需要查一下。\nAction: lookup\nAction Input: {"name": "周杰伦"}',
                        "Thought: 我现在知道最终答案了\nFinal Answer: 1979年"])
-    chat, *_ = Client(start_page(agents_of(model)), verbose=False).predict("周杰伦哪年出生？", api_name="/respond")
+    chat, _ = Visitor(start_page(agents_of(model))).ask("周杰伦哪年出生？")
     assert [m["metadata"]["title"] for m in chat[1:-1]] == ["第 1 步 · lookup", "第 2 步 · 最终答案"]
     assert chat[1]["metadata"]["log"] == '{"name": "周杰伦"}' and "Observation: 周杰伦 was born" in text(chat[1])
     assert text(chat[-1]).startswith("1979年\n\n*[2 steps, ")

@@ -37,11 +37,19 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_web_options(parser: argparse.ArgumentParser) -> None:
-    """Where `tinyagent web` and `run_demo.py --web` serve the chat page."""
+    """Where and for whom `tinyagent web` and `run_demo.py --web` serve the chat page; its limits override
+    the config's `web` section."""
     g = parser.add_argument_group("chat page")
     g.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     g.add_argument("--port", type=int, default=7860, help="port (default: %(default)s)")
     g.add_argument("--share", action="store_true", help="also publish a temporary public gradio.live link")
+    g.add_argument("--auth", metavar="USER[:PASSWORD]", help="a login for the page; without :PASSWORD it is read "
+                   "from TINYAGENT_WEB_PASSWORD (web.auth_password_env)")
+    g.add_argument("--max-question-chars", type=int, metavar="N", help="longest question (default 4000)")
+    g.add_argument("--max-sessions", type=int, metavar="N", help="conversations kept (default 100)")
+    g.add_argument("--session-ttl", type=float, metavar="SECONDS", help="how long an idle one is kept (default 3600)")
+    g.add_argument("--max-runs", type=int, metavar="N", help="questions answered at once; more wait in line "
+                   "(default 4)")
 
 
 def config_from_args(args: argparse.Namespace) -> configuration.Config:
@@ -62,6 +70,10 @@ def config_from_args(args: argparse.Namespace) -> configuration.Config:
         overrides.update({k: v for k, v in model.items() if v is not None})
     elif args.base_url:
         overrides.update({"model.backend": "openai", "model.base_url": args.base_url})
+    for name in ("max_question_chars", "max_sessions", "session_ttl", "max_runs"):  # only `web` has them
+        overrides[f"web.{name}"] = getattr(args, name, None)
+    if getattr(args, "auth", None):
+        overrides["web.auth_user"] = args.auth.partition(":")[0]
     if args.mcp:
         overrides["agent.mcp_servers"] = configuration.load_config(path).agent.mcp_servers + [
             mcp_server_spec(command) for command in args.mcp]

@@ -154,7 +154,7 @@ def _show(value) -> str:
 # --- checking values ---------------------------------------------------------------------------
 
 def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
-    m, g, a = cfg.model, cfg.generation, cfg.agent
+    m, g, a, w = cfg.model, cfg.generation, cfg.agent, cfg.web
     choices = {"model.backend": (m.backend, BACKENDS), "model.dtype": (m.dtype, DTYPES),
                "model.scratchpad": (m.scratchpad, SCRATCHPAD_MODES), "agent.lang": (a.lang, LANGS),
                "model.guided_decoding": (m.guided_decoding, (None, *GUIDED_DECODING_FIELDS)),
@@ -170,14 +170,18 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
                 "model.max_batch": (m.max_batch, 1), "model.kept_prefixes": (m.kept_prefixes, 0),
                 "agent.max_observation_chars": (a.max_observation_chars, 1),
                 "generation.repetition_penalty": (g.repetition_penalty, 1), "generation.no_repeat_ngram_size":
-                (g.no_repeat_ngram_size, 1), "generation.max_line_tokens": (g.max_line_tokens, 1)}
+                (g.no_repeat_ngram_size, 1), "generation.max_line_tokens": (g.max_line_tokens, 1),
+                "model.max_response_bytes": (m.max_response_bytes, 1024), "model.context_window": (m.context_window, 1),
+                "web.max_question_chars": (w.max_question_chars, 1), "web.max_sessions": (w.max_sessions, 1),
+                "web.max_runs": (w.max_runs, 1)}
     for key, (value, least) in minimums.items():
         if value is not None and value < least:
             _fail(where, key, f"must be at least {least}, not {value}")
     if not 0 < g.top_p <= 1:
         _fail(where, "generation.top_p", f"must be in (0, 1], not {g.top_p}")
-    if m.timeout <= 0:
-        _fail(where, "model.timeout", f"must be a positive number of seconds, not {m.timeout}")
+    for key, seconds in (("model.timeout", m.timeout), ("model.deadline", m.deadline), ("web.session_ttl", w.session_ttl)):
+        if seconds <= 0:
+            _fail(where, key, f"must be a positive number of seconds, not {seconds}")
     for name in a.tools:
         if name not in TOOL_NAMES:
             _fail(where, "agent.tools", f"unknown tool {name!r}; valid tools: {', '.join(TOOL_NAMES)}")
