@@ -16,6 +16,7 @@ import threading
 
 import gradio
 import pytest
+import requests
 from conftest import ScriptedModel
 from gradio_client import Client
 from live_model import PAUSE, WAIT_S, LiveModel, agents_of, lookup
@@ -38,10 +39,10 @@ def start_page(monkeypatch):
     monkeypatch.setattr(secret_store, "_extra_secrets", set())
     pages = []
 
-    def start(factory) -> str:
-        page = web.ChatPage(factory, "Model: scripted.").build()
+    def start(factory, auth=None, **limits) -> str:
+        page = web.ChatPage(factory, "Model: scripted.", **limits).build()
         pages.append(page)
-        return web.serve(page, "127.0.0.1", free_port())[0]
+        return web.serve(page, "127.0.0.1", free_port(), auth=auth)[0]
 
     yield start
     for page in pages:
@@ -269,6 +270,108 @@ def test_shown_holds_back_a_tail_that_could_start_a_secret(monkeypatch):
     assert web.shown("plain text") == "plain text"
 
 
+# --- whose conversation, and how much of the page -------------------------------------------------
+
+class Memory(ScriptedModel):
+    """Answers with every question of the conversation so far."""
+
+    def generate(self, messages, stop=None, **kwargs):
+        self.calls.append(messages)
+        return "Final Answer: heard " + " | ".join(m["content"] for m in messages if m["role"] == "user")
+
+
+def test_a_client_that_sends_anothers_session_hash_or_a_made_up_id_gets_its_own_conversation(start_page):
+    url = start_page(agents_of(Memory([])))
+    alice, mallory = Visitor(url), Visitor(url)
+    alice.ask("my password is swordfish")
+    mallory.client.session_hash = alice.client.session_hash  # Gradio's session id is the client's to choose
+    for key in ("", "made-up-id", alice.key[:-1]):
+        mallory.key = key
+        chat, _ = mallory.ask("what did they say?")
+        assert "swordfish" not in json.dumps(chat) and mallory.key not in ("", "made-up-id", alice.key)
+    mallory.key = "made-up-id"
+    mallory.clear()
+    mallory.stop()
+    chat, _ = alice.ask("and again?")
+    assert text(chat[-1]).startswith("heard my password is swordfish | and again?")  # nothing reached it
+
+
+def test_no_unload_handler_can_end_a_conversation(start_page):
+    """Gradio calls unload handlers when anyone's heartbeat for a session hash disconnects."""
+    page = web.ChatPage(agents_of(Memory([]))).build()
+    assert not any(target[1] == "unload" for dependency in page.fns.values() for target in dependency.targets)
+
+
+def test_a_question_over_the_length_cap_is_refused_and_stays_in_the_box(start_page):
+    model = Memory([])
+    visitor = Visitor(start_page(agents_of(model), max_question_chars=50))
+    chat, box = visitor.ask("x" * 51)
+    assert box == "x" * 51 and model.calls == []
+    chat, _ = visitor.ask("y" * 50)
+    assert text(chat[-1]).startswith("heard " + "y" * 50)
+    assert web.ChatPage(agents_of(model), max_question_chars=50).warning("too_long", "x" * 51) == (
+        "The question is too long (51 characters; the limit is 50).")
+
+
+def test_runs_past_the_cap_wait_in_line_and_are_told_their_place(start_page):
+    from gradio_client.utils import Status
+
+    entered, release = threading.Event(), threading.Event()
+
+    @tool
+    def slow(query: str) -> str:
+        """Work slowly."""
+        entered.set()
+        assert release.wait(WAIT_S)
+        return "done"
+
+    model = LiveModel(['Action: slow\nAction Input: {"query": "a"}', "Final Answer: first", "Final Answer: second"])
+    url = start_page(agents_of(model, tools=[slow]), max_runs=1)
+    alice, bob = Visitor(url), Visitor(url)
+    first = alice.submit("first question")
+    assert entered.wait(WAIT_S)
+    second = bob.submit("second question")
+    status = second.status()
+    while status.code in (Status.STARTING, Status.JOINING_QUEUE, Status.SENDING_DATA):  # until the server says
+        status = second.status()
+    assert (status.code, status.rank, len(model.calls)) == (Status.IN_QUEUE, 0, 1)  # first in line, not started
+    release.set()
+    assert text(first.result()[0][-1]).startswith("first") and text(second.result()[0][-1]).startswith("second")
+
+
+def test_idle_sessions_are_forgotten_after_their_ttl():
+    clock = [0.0]
+    page = web.ChatPage(agents_of(Memory([])), session_ttl=60, max_sessions=10, clock=lambda: clock[0])
+    key = [k for k, chat, _ in page.respond("", "hello")][-1]
+    assert page.sessions.find(key) is not None
+    clock[0] = 61
+    list(page.respond("", "someone else"))
+    assert page.sessions.find(key) is None and len(page.sessions) == 1
+    for _ in range(30):  # visitors that never come back: at most the cap is kept
+        list(page.respond("", "hi"))
+    assert len(page.sessions) == 10
+
+
+def test_a_login_keeps_out_clients_without_it(start_page):
+    url = start_page(agents_of(Memory([])), auth=("alice", "correct-horse-42"))
+    with pytest.raises(Exception):  # noqa: B017 - gradio_client's own error for a page it may not open
+        Visitor(url).ask("hi")
+    assert text(Visitor(url, auth=("alice", "correct-horse-42")).ask("hi")[0][-1]).startswith("heard hi")
+    assert requests.get(f"{url}config", timeout=10).status_code == 401
+
+
+def test_a_steps_argument_line_is_redacted_before_it_is_cut(monkeypatch):
+    from tinyagent.agent import Step, StepKind
+
+    monkeypatch.setattr(secret_store, "_extra_secrets", set())
+    key = "sk-page-0123456789abcdefghijklmnopqrstuv"
+    secret_store.register_secret(key)
+    reply = web.Reply("en")
+    reply.on_step(Step(index=0, text="Thought: x", kind=StepKind.ACTION, action="lookup", arguments={"name": "n" * 170 + key}))
+    log = reply.messages()[0]["metadata"]["log"]
+    assert log.startswith('{"name": "' + "n" * 170) and not any(key[:k] in log for k in range(4, len(key) + 1))
+
+
 # --- the commands: `tinyagent web` and `run_demo.py --web`, as real processes --------------------
 
 @contextlib.contextmanager
@@ -340,10 +443,70 @@ def test_web_serves_the_tools_of_an_mcp_server_and_stops_it_on_exit(monkeypatch)
     assert live_children() == before   # the MCP server process is gone
 
 
+def serve_once(monkeypatch, argv: list[str], visit) -> int:
+    """`tinyagent web ARGV` on a free port, `visit(page)` instead of waiting for Ctrl-C; the exit code."""
+    monkeypatch.setattr(cli.configuration, "build_model", lambda cfg: Memory([]))
+
+    def visit_then_close(page) -> None:
+        try:
+            visit(page)
+        finally:
+            page.close()
+
+    monkeypatch.setattr(gradio.Blocks, "block_thread", visit_then_close)
+    return cli.main(["web", "--tools", "calculator", "--port", str(free_port()), *argv])
+
+
+def test_credentials_in_the_base_url_reach_neither_the_page_nor_its_config(monkeypatch, capsys):
+    monkeypatch.setattr(secret_store, "_extra_secrets", set())
+    password, key, seen = "pw-for-the-page-9931", "qk-page-5566aa", []
+    url = f"http://bob:{password}@127.0.0.1:9/v1?api-key={key}"
+
+    def visit(page) -> None:
+        seen.append(requests.get(f"{page.local_url}config", timeout=10).text)
+        seen.append(json.dumps(Visitor(page.local_url).ask("hi")[0]))
+
+    assert serve_once(monkeypatch, ["--base-url", url, "--model", "m"], visit) == 0
+    seen.append(capsys.readouterr().err)
+    assert "Model: model m at http://[REDACTED]@127.0.0.1:9/v1?api-key=[REDACTED]" in seen[0]
+    assert not any(password in text or key in text or "bob:" in text for text in seen)
+
+
+@pytest.mark.parametrize("argv, warned", [
+    (["--host", "0.0.0.0"], "open to other machines (0.0.0.0) without a login"),
+    (["--host", "127.0.0.1"], None),
+    (["--host", "0.0.0.0", "--auth", "alice:correct-horse-42"], None),
+])
+def test_a_page_open_beyond_this_machine_without_a_login_gets_a_warning(monkeypatch, capsys, argv, warned):
+    answers = []
+
+    def visit(page) -> None:
+        login = {"auth": ("alice", "correct-horse-42")} if "--auth" in argv else {}
+        answers.append(Visitor(page.local_url, **login).ask("hi")[0])
+
+    assert serve_once(monkeypatch, argv, visit) == 0
+    err = capsys.readouterr().err
+    assert text(answers[0][-1]).startswith("heard hi") and "correct-horse-42" not in err
+    assert (warned in err) if warned else "without a login" not in err
+
+
+def test_a_login_takes_its_password_from_the_environment(monkeypatch, capsys):
+    monkeypatch.setattr(secret_store, "_extra_secrets", set())
+    assert cli.main(["web", "--auth", "alice", "--tools", "calculator"]) == 2
+    assert capsys.readouterr().err.strip() == ("tinyagent: error: web.auth_user: a login needs a user and a password: "
+                                               "--auth USER:PASSWORD, or the password in TINYAGENT_WEB_PASSWORD")
+    monkeypatch.setenv("TINYAGENT_WEB_PASSWORD", "from-the-env-77")
+    answers = []
+    visit = lambda page: answers.append(Visitor(page.local_url, auth=("alice", "from-the-env-77")).ask("hi")[0])  # noqa: E731
+    assert serve_once(monkeypatch, ["--auth", "alice"], visit) == 0
+    assert text(answers[0][-1]).startswith("heard hi") and "from-the-env-77" in secret_store.secrets()
+
+
 def test_web_takes_the_model_and_agent_options_of_ask():
     done = subprocess.run([TINYAGENT, "web", "--help"], capture_output=True, text=True, check=False)
     assert done.returncode == 0
-    for option in ("--config", "--model", "--base-url", "--tools", "--max-turns", "--host", "--port", "--share"):
+    for option in ("--config", "--model", "--base-url", "--tools", "--max-turns", "--host", "--port", "--share",
+                   "--auth", "--max-question-chars", "--max-sessions", "--session-ttl", "--max-runs"):
         assert option in done.stdout
 
 
