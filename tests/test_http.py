@@ -2,6 +2,7 @@
 another host, error text is redacted before it is cut."""
 from __future__ import annotations
 
+import contextlib
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -13,7 +14,20 @@ from tinyagent.http import RequestFailed, json_body, post_json
 from tinyagent.tools import GoogleSearch, ToolError
 
 
-class Redirector:
+class LocalServer:
+    """A server on 127.0.0.1 for one handler class, running in a thread; `url` ends with `path`."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler], path: str):
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}{path}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class Redirector(LocalServer):
     """Answers a POST to /search with `status` and a Location header (a path on this server, or another
     URL), and a POST to any other path with `{}`; records the headers of each request."""
 
@@ -37,20 +51,13 @@ class Redirector:
             def log_message(self, *args):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/search"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler, "/search")
 
 
 @pytest.fixture
 def serper():
-    server = SerperServer()
-    yield server
-    server.close()
+    with contextlib.closing(SerperServer()) as server:
+        yield server
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
@@ -77,7 +84,7 @@ def test_a_redirect_on_the_same_server_keeps_the_key():
     assert [h.get("X-API-KEY") for h in hop.headers] == [KEY, KEY]
 
 
-class TextServer:
+class TextServer(LocalServer):
     """Answers every POST with 200 and a fixed non-JSON body."""
 
     def __init__(self, body: str):
@@ -95,13 +102,7 @@ class TextServer:
             def log_message(self, *args):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler, "/")
 
 
 SECRET = "sk-live-0123456789abcdefghijklmnopqrstu"  # 40 characters

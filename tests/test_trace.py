@@ -8,7 +8,15 @@ import logging
 import pytest
 
 from tinyagent import Agent, tool
-from tinyagent.secrets import MAX_REDACT_DEPTH, NESTED_TOO_DEEPLY, REDACTED, redact, register_secret, secret_scope, secrets
+from tinyagent.secrets import (
+    MAX_REDACT_DEPTH,
+    NESTED_TOO_DEEPLY,
+    REDACTED,
+    redact,
+    register_secret,
+    secret_scope,
+    secrets,
+)
 from tinyagent.tools import Calculator, GoogleSearch
 from tinyagent.trace import MAX_DEPTH, TraceWriter, dumps
 
