@@ -24,7 +24,7 @@ from openai_stub import OpenAIStub
 from test_cli import ROOT, SEARCH_THEN_ANSWER, SECRET, TINYAGENT, free_port
 from test_mcp import live_children
 
-from tinyagent import cli, web
+from tinyagent import cli, web, web_reply
 from tinyagent import secrets as secret_store
 from tinyagent.agent import Agent
 from tinyagent.tools.base import tool
@@ -264,10 +264,10 @@ def test_errors_are_chat_messages_and_secrets_never_reach_the_page(start_page, m
 def test_shown_holds_back_a_tail_that_could_start_a_secret(monkeypatch):
     monkeypatch.setattr(secret_store, "_extra_secrets", set())
     monkeypatch.setenv("SERPER_API_KEY", "sekrit-value-123")
-    assert web.shown("key: sekrit-va") == "key: "
-    assert web.shown("key: sekrit-value-123 and s") == "key: [REDACTED] and "
-    assert web.shown("key: sekrit-va", final=True) == "key: sekrit-va"
-    assert web.shown("plain text") == "plain text"
+    assert web_reply.shown("key: sekrit-va") == "key: "
+    assert web_reply.shown("key: sekrit-value-123 and s") == "key: [REDACTED] and "
+    assert web_reply.shown("key: sekrit-va", final=True) == "key: sekrit-va"
+    assert web_reply.shown("plain text") == "plain text"
 
 
 # --- whose conversation, and how much of the page -------------------------------------------------
@@ -366,7 +366,7 @@ def test_a_steps_argument_line_is_redacted_before_it_is_cut(monkeypatch):
     monkeypatch.setattr(secret_store, "_extra_secrets", set())
     key = "sk-page-0123456789abcdefghijklmnopqrstuv"
     secret_store.register_secret(key)
-    reply = web.Reply("en")
+    reply = web_reply.Reply("en")
     reply.on_step(Step(index=0, text="Thought: x", kind=StepKind.ACTION, action="lookup", arguments={"name": "n" * 170 + key}))
     log = reply.messages()[0]["metadata"]["log"]
     assert log.startswith('{"name": "' + "n" * 170) and not any(key[:k] in log for k in range(4, len(key) + 1))

@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 
 import requests
 
-from .text import clip
 from .secrets import redact
+from .text import clip
 
 log = logging.getLogger(__name__)
 
