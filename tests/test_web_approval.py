@@ -93,3 +93,23 @@ def test_a_bad_decision_is_a_clear_error(start_page):  # noqa: F811
     client = Visitor(start_page(approving(LiveModel(["Final Answer: x"]))))
     with pytest.raises(Exception, match="decision must be one of run, always, edit, refuse, not 'maybe'"):
         client.approve("maybe")
+
+
+def test_a_page_that_goes_away_while_a_call_waits_refuses_it_and_frees_the_session(start_page):  # noqa: F811
+    """The run waits in a worker thread on the card; the handler re-sends the chat each second, so Gradio can end it
+    when the client cancels (or its page disconnects), and ending it refuses the call."""
+    model = LiveModel([CALL, "Final Answer: after the cancel"])
+    client = Visitor(start_page(approving(model)))
+    job = client.submit("When?")
+    for outputs in job:
+        if card_of(outputs):
+            client.key = outputs[2]
+            job.cancel()
+            break
+    for _ in range(600):  # "busy" (the question stays in the box) until the handler has ended the run
+        chat, box = client.ask("Next?")
+        if box == "":
+            break
+    assert len(model.calls) == 2 and text(chat[-1]).startswith("after the cancel")  # the first run asked no more
+    first = [m["content"] for m in model.calls[1]["messages"] if m["role"] != "system"]
+    assert first[0] == "When?" and first[-1] == "Next?"  # the cancelled run ended and went into the history

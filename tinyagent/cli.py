@@ -19,9 +19,9 @@ from . import config as configuration
 from . import web
 from .agent.approval import give_asker
 from .http import RequestFailed
-from .options import add_model_options, add_web_options, config_from_args
+from .options import add_model_options, add_web_options, config_from_args, loopback, web_login
 from .report import PROG, Reporter, answer, note
-from .secrets import redact, register_secret, register_url
+from .secrets import redact, register_url
 from .terminal import TerminalApprover
 from .text import one_line
 from .trace import TraceWriter, dumps
@@ -215,27 +215,6 @@ def web_page(args: argparse.Namespace, model=None) -> int:
         if tracing is not None:
             tracing.shutdown()
     return 0
-
-
-def web_login(cfg: configuration.Config, option: str | None) -> tuple[str, str] | None:
-    """(user, password) for the page, from `--auth USER[:PASSWORD]` or the config's `web.auth_user` with the
-    password in the `web.auth_password_env` variable; the password is a secret from here on."""
-    user = cfg.web.auth_user
-    if user is None:
-        return None
-    _, colon, password = (option or "").partition(":")
-    if not colon:
-        password = os.environ.get(cfg.web.auth_password_env, "")
-    if not user or not password:
-        raise configuration.ConfigError(f"web.auth_user: a login needs a user and a password: --auth USER:PASSWORD, "
-                                        f"or the password in {cfg.web.auth_password_env}")
-    register_secret(password)
-    return user, password
-
-
-def loopback(host: str) -> bool:
-    """True for an address only this machine reaches."""
-    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 CHAT_HELP = "Commands: /history, /reset (forget the conversation), /exit (or Ctrl-D)."

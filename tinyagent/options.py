@@ -1,11 +1,13 @@
 """The command-line options shared by `tinyagent ask / chat / web` and run_demo.py, and the config they
-make: a config file (or the defaults) with the options applied on top."""
+make: a config file (or the defaults) with the options applied on top, and the chat page's login."""
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 
 from . import config as configuration
+from .secrets import register_secret
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -90,3 +92,24 @@ def mcp_server_spec(command: str) -> dict:
         raise configuration.ConfigError("--mcp: give the command that starts the server, e.g. "
                                         "--mcp 'python -m mcp_server_time'")
     return {"command": words[0], "args": words[1:]}
+
+
+def web_login(cfg: configuration.Config, option: str | None) -> tuple[str, str] | None:
+    """(user, password) for the page, from `--auth USER[:PASSWORD]` or the config's `web.auth_user` with the
+    password in the `web.auth_password_env` variable; the password is a secret from here on."""
+    user = cfg.web.auth_user
+    if user is None:
+        return None
+    _, colon, password = (option or "").partition(":")
+    if not colon:
+        password = os.environ.get(cfg.web.auth_password_env, "")
+    if not user or not password:
+        raise configuration.ConfigError(f"web.auth_user: a login needs a user and a password: --auth USER:PASSWORD, "
+                                        f"or the password in {cfg.web.auth_password_env}")
+    register_secret(password)
+    return user, password
+
+
+def loopback(host: str) -> bool:
+    """True for an address only this machine reaches."""
+    return host in ("localhost", "::1") or host.startswith("127.")
