@@ -27,6 +27,15 @@ def card_of(outputs) -> tuple[str, str] | None:
     return (card, arguments) if isinstance(card, str) and card else None
 
 
+def until_the_card(job, client: Visitor) -> None:
+    """Read the job's outputs, keeping the session id, until the card shows a call."""
+    for outputs in job:
+        client.key = outputs[2]
+        if card_of(outputs):
+            return
+    raise AssertionError("the card never showed a call")
+
+
 def answer_when_asked(job, client: Visitor, *answers) -> list:
     """Every output the job streamed; each time the card shows a call, the next answer goes to /approve."""
     seen, todo = [], list(answers)
@@ -76,10 +85,8 @@ def test_stop_refuses_the_call_waiting_and_ends_the_run(start_page):  # noqa: F8
     model = LiveModel([CALL, "Final Answer: the next question"])
     client = Visitor(start_page(approving(model)))
     job = client.submit("When?")
-    for outputs in job:
-        if card_of(outputs):
-            client.key = outputs[2]
-            client.stop()
+    until_the_card(job, client)
+    client.stop()
     final = job.result()[0]
     assert len(model.calls) == 1 and [m["metadata"]["title"] for m in final[1:-1]] == ["Step 1 · lookup · refused"]
     assert "refused, so it did not run: the user stopped the run" in text(final[1])
@@ -101,11 +108,8 @@ def test_a_page_that_goes_away_while_a_call_waits_refuses_it_and_frees_the_sessi
     model = LiveModel([CALL, "Final Answer: after the cancel"])
     client = Visitor(start_page(approving(model)))
     job = client.submit("When?")
-    for outputs in job:
-        if card_of(outputs):
-            client.key = outputs[2]
-            job.cancel()
-            break
+    until_the_card(job, client)
+    job.cancel()
     for _ in range(600):  # "busy" (the question stays in the box) until the handler has ended the run
         chat, box = client.ask("Next?")
         if box == "":
