@@ -22,6 +22,13 @@ requests until n are in flight at once, so a test of parallel clients does not d
     "no_choices"                         200 with JSON that has no `choices`
     "bad_stream"                         (streaming) a few chunks, then a non-JSON data line
     "stall_stream"                       (streaming) a few chunks, then silence for `slow_seconds`
+    "endless_stream"                     (streaming) the reply, then its last chunk again and again, never
+                                         a finish: only a client that stops reading ends it
+    "idle_stream"                        (streaming) events without content, forever
+    "huge_body"                          200 with a JSON body of `huge_bytes` bytes (Content-Length set)
+    "huge_chunked"                       200 with a chunked JSON body that never ends
+
+`models` is the list `GET /v1/models` answers (default: one entry for `model`, without a window).
 """
 from __future__ import annotations
 
@@ -56,9 +63,15 @@ class OpenAIStub:
         done_marker: bool = True,
         meet: int = 0,
         seed: int = 0,
+        huge_bytes: int = 30_000_000,
+        models: list[dict] | None = None,
     ):
         self.replies = replies
         self.model = model
+        self.huge_bytes = huge_bytes
+        self.models = models if models is not None else [{"id": model, "object": "model"}]
+        self.model_list_requests = 0
+        self.bytes_sent = 0  # of streamed and chunked bodies, so a test can see where a client stopped
         self.fail_rate = fail_rate
         self.fail_status = fail_status
         self.delay = delay
@@ -171,7 +184,9 @@ def _handler_for(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             if self.path.rstrip("/") in ("/v1/models", "/models"):
-                self._json(200, {"object": "list", "data": [{"id": stub.model, "object": "model"}]})
+                with stub._lock:
+                    stub.model_list_requests += 1
+                self._json(200, {"object": "list", "data": stub.models})
             elif self.path == "/health":
                 self._json(200, {"status": "ok"})
             else:
@@ -215,6 +230,14 @@ def _handler_for(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
                 return self._send(200, "text/html", b"<html><body>502 Bad Gateway</body></html>")
             if fault == "no_choices":
                 return self._json(200, {"id": "x", "object": "chat.completion", "result": "?"})
+            if fault == "huge_body":
+                return self._send(200, "application/json", b'{"x": "' + b"y" * stub.huge_bytes + b'"}')
+            if fault == "huge_chunked":
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                return self._repeat(b'{"x": "', b"y" * 65536)
             text = stub.reply_for(body)
             if stub.honour_stop:
                 text = _cut(text, body.get("stop"))
@@ -245,6 +268,10 @@ def _handler_for(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
             events.append({"choices": [], "usage": usage})
             lines = [f"data: {json.dumps(e, ensure_ascii=False)}\n\n" for e in events]
             lines += ["data: [DONE]\n\n"] if stub.done_marker else []
+            if fault == "endless_stream":  # the role event and the content, then the last piece forever
+                return self._repeat("".join(lines[:1 + len(pieces)]).encode(), lines[len(pieces)].encode())
+            if fault == "idle_stream":
+                return self._repeat(lines[0].encode(), lines[0].encode())
             for i, line in enumerate(lines):
                 if fault == "bad_stream" and i == 2:
                     line = "data: {not json\n\n"
@@ -255,9 +282,21 @@ def _handler_for(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
                 self._chunk(line.encode())
             self._chunk(b"")
 
+        def _repeat(self, head: bytes, again: bytes) -> None:
+            """Chunks of a body whose headers are sent: `head`, then `again` until the client hangs up."""
+            self._chunk(head)
+            try:
+                while True:
+                    self._chunk(again)
+                    time.sleep(0.001)
+            except OSError:  # the client closed the connection: what a bounded client does
+                self.close_connection = True
+
         def _chunk(self, data: bytes) -> None:
             self.wfile.write(f"{len(data):X}\r\n".encode() + data + b"\r\n")
             self.wfile.flush()
+            with stub._lock:
+                stub.bytes_sent += len(data)
 
         def _json(self, status: int, obj: dict) -> None:
             self._send(status, "application/json", json.dumps(obj, ensure_ascii=False).encode())

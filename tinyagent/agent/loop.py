@@ -93,8 +93,13 @@ class Agent(TutorialAgent):
 
     def stop(self) -> None:
         """End the run in progress after its current step (thread-safe); it ends with stop_reason
-        "stopped" and keeps its steps. The next run starts normally."""
+        "stopped" and keeps its steps. Asked between runs, it ends the next run before its first step:
+        a stop is never lost. The run after a stopped one starts normally."""
         self._stop.set()
+
+    def cancel_stop(self) -> None:
+        """Withdraw a stop that has not ended a run yet (one asked just after the run it meant ended)."""
+        self._stop.clear()
 
     def add_tool(self, t: Tool | Callable) -> None:
         t = t if isinstance(t, Tool) else make_tool(t)
@@ -127,7 +132,6 @@ class Agent(TutorialAgent):
         does a hook ("hook_error"); KeyboardInterrupt still interrupts.
         """
         started = time.perf_counter()
-        self._stop.clear()
         lang = lang_for(self.lang, question)
         messages: list[Message] = [{"role": "system", "content": self.system_prompt_for(lang)},
                                    *history_to_messages(history), {"role": "user", "content": question}]
@@ -140,6 +144,7 @@ class Agent(TutorialAgent):
             self._end(result, self._no_reply(result, StepKind.HOOK_ERROR, e.message), started)
         finally:
             self._run = None
+            self._stop.clear()  # the stop, if any, ended this run
         return result
 
     def _reason(self, messages: list[Message], result: AgentResult, lang: str) -> StopReason:

@@ -8,9 +8,9 @@ import json
 import logging
 import time
 
-from ..format.arguments import ActionInputError, read_arguments
+from ..format.arguments import ActionInputError, check_arguments_depth, read_arguments
 from ..format.kinds import StepKind
-from ..format.observations import refused_observation, tool_failure
+from ..format.observations import kept, refused_observation, tool_failure
 from ..secrets import redact
 from ..tools.base import Tool, ToolError, invoke
 from . import hooks
@@ -28,6 +28,7 @@ def validate(tool: Tool, step: Step) -> dict:
     """The step's arguments, read from its input when the reader did not parse them, checked against
     the tool's parameters; raises ActionInputError or ToolError with a message for the model."""
     arguments = step.arguments if step.arguments is not None else read_arguments(step.action_input or "", tool)
+    check_arguments_depth(arguments)
     return tool.validate(arguments)
 
 
@@ -50,8 +51,8 @@ def call(call: hooks.ToolCall, chain: list[hooks.Hooks], timeout: float | None) 
             call.output, call.kind, call.error, call.seconds = run(call.tool, call.arguments, timeout)
         if call.refusal is None and call.kind == StepKind.ACTION and call.edited_from is not None:
             call.kind = StepKind.EDITED
-    if call.output is not None:
-        call.output = redact(call.output)
+    if call.output is not None:  # also an answer a hook gave: redacted, then cut to what is kept
+        call.output = kept(redact(call.output))
     return call
 
 
@@ -68,7 +69,8 @@ def settle(step: Step, call: hooks.ToolCall, lang: str) -> str | None:
 
 
 def run(tool: Tool, arguments: dict, timeout: float | None) -> tuple[str, StepKind, str | None, float]:
-    """Invoke `tool`: (its output or an error text, redacted; the step kind; the error; seconds)."""
+    """Invoke `tool`: (its output or an error text, redacted, then cut to what is kept (`kept`); the step
+    kind; the error; seconds)."""
     t0 = time.perf_counter()
     kind, error = StepKind.ACTION, None
     try:
@@ -78,7 +80,7 @@ def run(tool: Tool, arguments: dict, timeout: float | None) -> tuple[str, StepKi
     except Exception as e:  # a tool bug must not end the run; the model can try something else
         log.warning("tool %s raised", tool.name_for_model, exc_info=True)
         raw, error, kind = tool_failure(tool.name_for_model, e), redact(f"{type(e).__name__}: {e}"), StepKind.TOOL_ERROR
-    return redact(raw), kind, error, time.perf_counter() - t0
+    return kept(redact(raw)), kind, kept(error) if error else error, time.perf_counter() - t0
 
 
 BAD_ARGUMENTS = (ActionInputError, ToolError)  # what `validate` raises

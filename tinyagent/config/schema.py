@@ -1,8 +1,8 @@
-"""What a config is: three sections of typed settings, each with its default.
+"""What a config is: four sections of typed settings, each with its default.
 
-`model` (which backend and weights), `generation` (sampling settings) and `agent` (language,
-turn cap, tools). Every key has a default, so an empty file (or no file) means the embedded
-SmolLM2 model.
+`model` (which backend and weights), `generation` (sampling settings), `agent` (language,
+turn cap, tools) and `web` (the chat page's login and limits). Every key has a default, so an
+empty file (or no file) means the embedded SmolLM2 model.
 """
 from __future__ import annotations
 
@@ -33,8 +33,11 @@ class ModelConfig:
     api_key_env: str | None = "OPENAI_API_KEY"
     scratchpad: str = "continue"     # openai: continue the assistant message, or fold it into the user turn
     guided_decoding: str | None = None  # openai: structured_outputs | guided_regex (vLLM), for constrained runs
-    timeout: float = 60.0
+    timeout: float = 60.0            # openai: seconds without an answer before a retry
     max_retries: int = 2
+    deadline: float = 600.0          # openai: seconds one model call may take in all, retries included
+    max_response_bytes: int = 8 * 1024 * 1024  # openai: the most of one answer read
+    context_window: int | None = None  # openai: the served window in tokens; null: from the model list
     max_batch: int = 8               # hf, internlm2, embedded: generate calls run together (1: one at a time)
     kept_prefixes: int = 16          # hf, internlm2, embedded: conversations whose KV cache is kept between calls
 
@@ -78,7 +81,18 @@ class AgentConfig:
                 if f.name not in TOOL_FIELDS + HOOK_FIELDS}
 
 
-SECTIONS: dict[str, type] = {"model": ModelConfig, "generation": GenerationConfig, "agent": AgentConfig}
+@dataclass
+class WebConfig:
+    auth_user: str | None = None     # a login for the chat page; the password is read from auth_password_env
+    auth_password_env: str = "TINYAGENT_WEB_PASSWORD"
+    max_question_chars: int = 4000
+    max_sessions: int = 100          # conversations kept; the least recently used idle one makes room
+    session_ttl: float = 3600.0      # seconds an idle conversation is kept
+    max_runs: int = 4                # questions answered at once; more wait in line, told their place
+
+
+SECTIONS: dict[str, type] = {"model": ModelConfig, "generation": GenerationConfig, "agent": AgentConfig,
+                             "web": WebConfig}
 
 
 @dataclass
@@ -86,6 +100,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
+    web: WebConfig = field(default_factory=WebConfig)
     source: str | None = None        # the file it was read from
 
     def generation_kwargs(self) -> dict:

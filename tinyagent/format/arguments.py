@@ -10,6 +10,8 @@ import re
 
 import json5
 
+from ..text import clip
+
 FENCE = re.compile(r"```[a-zA-Z0-9_-]*[ \t]*\n?(.*?)(?:```|$)", re.DOTALL)
 
 
@@ -17,9 +19,16 @@ class ActionInputError(ValueError):
     """The action input cannot be read as this tool's arguments; the message tells the model what to write."""
 
 
+class NestedTooDeeply(ActionInputError):
+    """The action input nests objects or lists past MAX_ARGS_DEPTH."""
+
+
 # --- reading arguments ----------------------------------------------------------------------------------
 
 MAX_ARGS_CHARS = 20_000
+#: Objects and lists nested deeper than this are refused: no tool needs it, and the copies a run makes of
+#: its arguments (traces, the repeated-call guard) recurse once per level.
+MAX_ARGS_DEPTH = 20
 _FULL_WIDTH = str.maketrans({"“": '"', "”": '"', "‘": "'", "’": "'", "：": ":", "，": ",",
                              "｛": "{", "｝": "}", "［": "[", "］": "]"})
 
@@ -46,7 +55,7 @@ def read_arguments(text: str, tool=None) -> dict:
     param = _single_parameter(tool)
     if param is None:
         names = ", ".join(p["name"] for p in getattr(tool, "parameters", [])) or "none"
-        raise ActionInputError(f"the Action Input is not valid JSON: {text[:100]!r}; write a JSON object with "
+        raise ActionInputError(f"the Action Input is not valid JSON: {clip(text, 100)!r}; write a JSON object with "
                                f"the parameter names ({names})")
     return {param["name"]: _plain_value(text, _json_type(param.get("schema") or {}))}
 
@@ -115,7 +124,8 @@ def _is_tool_description(text, param: dict) -> bool:
 
 def parse_object(text: str) -> dict:
     """A JSON object from `text`: JSON or json5, maybe followed by prose, with full-width
-    punctuation, raw newlines inside strings, or missing closing brackets."""
+    punctuation, raw newlines inside strings, or missing closing brackets; not nested past MAX_ARGS_DEPTH."""
+    _check_nesting(text_depth(text))
     for candidate in _candidates(text):
         for load in (lambda s: json.loads(s, strict=False), json5.loads):
             try:
@@ -126,8 +136,43 @@ def parse_object(text: str) -> dict:
                 return value
             raise ActionInputError('the Action Input must be a JSON object such as {"name": "value"}, '
                                    f"not {type(value).__name__}")
-    raise ActionInputError(f"the Action Input is not valid JSON: {text[:100]!r}. Write a JSON object such as "
+    raise ActionInputError(f"the Action Input is not valid JSON: {clip(text, 100)!r}. Write a JSON object such as "
                            '{"name": "value"} with the parameter names of the tool')
+
+
+def text_depth(text: str) -> int:
+    """How deep the brackets outside quoted strings of `text` nest."""
+    depth = deepest = 0
+    for _, ch in _Unquoted(text):
+        if ch in "{[｛［":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "}]｝］":
+            depth = max(0, depth - 1)
+    return deepest
+
+
+def value_depth(value) -> int:
+    """How deep dicts and lists nest in `value` (1 for a flat object), counted without recursion."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            if depth <= MAX_ARGS_DEPTH:  # deeper is refused anyway: no need to walk it all
+                todo += [(v, depth + 1) for v in (item.values() if isinstance(item, dict) else item)]
+    return deepest
+
+
+def check_arguments_depth(arguments) -> None:
+    """ActionInputError when `arguments` nest past MAX_ARGS_DEPTH."""
+    _check_nesting(value_depth(arguments))
+
+
+def _check_nesting(depth: int) -> None:
+    if depth > MAX_ARGS_DEPTH:
+        raise NestedTooDeeply(f"the Action Input is nested {depth} levels deep (the limit is {MAX_ARGS_DEPTH}); "
+                               "write a flatter JSON object")
 
 
 def _candidates(text: str):

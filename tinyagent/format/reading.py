@@ -14,6 +14,7 @@ from ..text import mask_thinking
 from .arguments import (
     FENCE,
     ActionInputError,
+    NestedTooDeeply,
     bad_input_message,
     balanced_object,
     parse_object,
@@ -213,6 +214,8 @@ def _read_blob(reply: str, blob_text: str, tools, text: str | None = None) -> Re
     body = fence.group(1) if fence else blob_text
     try:
         value = parse_object(body[body.find("{"):] if "{" in body else body)
+    except NestedTooDeeply as e:
+        return _error(StepKind.MALFORMED, text, str(e), tools)
     except ActionInputError:
         return _error(StepKind.MALFORMED, text, 'the JSON action could not be read. Write it as Action: <tool> and '
                       'Action Input: {...} on two lines', tools)

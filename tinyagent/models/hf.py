@@ -69,9 +69,7 @@ class HFChatModel(BaseModel):
                              "or set tokenizer.chat_template")
         self.model, self.tokenizer = model, tokenizer
         self.generation_defaults = {**DEFAULT_GENERATION, **generation_defaults}
-        special = {*tokenizer.all_special_tokens,
-                   *(t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values() if t.special)}
-        self.control_tokens = tuple(sorted(t for t in special if t))
+        self.control_tokens = declared_control_tokens(tokenizer)
         self.context_window = getattr(model.config.get_text_config(), "max_position_embeddings", None)
         self.end_token_ids = self._end_token_ids()
         self._prefix = PrefixCache(model, reuse_cache)
@@ -254,3 +252,10 @@ class HFChatModel(BaseModel):
         self._prefix.keep(cache, sequence)
         return sequence[len(ids):], reused
 
+
+def declared_control_tokens(tokenizer) -> tuple[str, ...]:
+    """The tokens a tokenizer matches whole in any text: its special tokens, and its added tokens that
+    look like markup (Qwen2.5's `<tool_call>` is added but not marked special)."""
+    added = [t for t in getattr(tokenizer, "added_tokens_decoder", {}).values()
+             if t.special or any(ch in t.content for ch in "<>[]|｜")]
+    return tuple(sorted({t for t in (*tokenizer.all_special_tokens, *(t.content for t in added)) if t}))
