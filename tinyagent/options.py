@@ -6,6 +6,7 @@ import argparse
 import shlex
 
 from . import config as configuration
+from .agent.protocols import PROTOCOLS
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -26,6 +27,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                    "this MCP server (stdio); repeatable, added to the config's agent.mcp_servers")
     g.add_argument("--constrained", action=argparse.BooleanOptionalAction, help="decode only valid ReAct "
                    "steps (needs outlines; default: on for the embedded model)")
+    g.add_argument("--protocol", choices=PROTOCOLS, help="how the model calls tools: react "
+                   "(ReAct text, the default), tools (its own tool-call format) or auto")
     g.add_argument("--max-new-tokens", type=int, metavar="N")
     g.add_argument("--temperature", type=float)
     g.add_argument("--top-p", type=float)
@@ -46,7 +49,7 @@ def config_from_args(args: argparse.Namespace) -> configuration.Config:
     overrides = {
         "model.gguf_file": args.gguf_file, "model.device": args.device, "model.dtype": args.dtype,
         "agent.lang": args.lang, "agent.max_turns": args.max_turns, "agent.corpus": args.corpus,
-        "agent.constrained": args.constrained,
+        "agent.constrained": args.constrained, "agent.protocol": args.protocol,
         "agent.tools": None if tools is None else [t.strip() for t in tools.split(",") if t.strip()],
         "generation.max_new_tokens": args.max_new_tokens, "generation.temperature": args.temperature,
         "generation.top_p": args.top_p,

@@ -24,8 +24,10 @@ class ContextOverflow(Exception):
 
 
 def fit(messages: list[dict], steps, suffix: str, count: Callable[[list[dict]], int | None],
-        budget: int, lang: str) -> list[str]:
+        budget: int, lang: str, render: Callable = prompt_messages) -> list[str]:
     """Shorten `messages` and the steps' observations in place until the prompt fits `budget` tokens.
+
+    `render(messages, steps, suffix)` makes the prompt (the protocol's messages; ReAct's by default).
 
     Order: the oldest chat turns first, then the longest observation (halved each time, with a
     marker), then the middle of the question. Returns one note per shortening; raises
@@ -33,7 +35,7 @@ def fit(messages: list[dict], steps, suffix: str, count: Callable[[list[dict]], 
     """
     notes: list[str] = []
     while True:
-        used = count(prompt_messages(messages, steps, suffix))
+        used = count(render(messages, steps, suffix))
         if used is None or used <= budget:
             return notes
         reason = f"prompt {used} tokens > budget {budget}"

@@ -6,17 +6,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
-from ..format import prompts
 from ..format.arguments import bad_input_message
 from ..format.kinds import StepKind
-from ..format.messages import Message, history_to_messages, prompt_messages
-from ..format.observations import (
-    error_observation,
-    repeated_call_observation,
-)
-from ..format.reading import Reading, cut_at_observation, read_forced_answer, read_step
-from ..format.step_format import next_step_format, require_outlines
+from ..format.messages import Message, history_to_messages
+from ..format.observations import repeated_call_observation
+from ..format.reading import Reading
+from ..format.step_format import require_outlines
 from ..models.base import BaseModel, usage_of
 from ..text import lang_for, one_line
 from ..tools.base import Tool
@@ -24,6 +21,7 @@ from ..tools.base import tool as make_tool
 from ..tools.llm_tool import LLMTool
 from ..tutorial import TutorialAgent
 from . import context, observations, tool_calls
+from .protocols import protocol_for
 from .results import AgentResult, Generation, Step, StopReason
 
 log = logging.getLogger(__package__)  # "tinyagent.agent", for the whole loop
@@ -38,8 +36,11 @@ class Agent(TutorialAgent):
 
     One `Agent` keeps one conversation (`chat`); use one instance per thread.
     `on_step(step)` is called after each step, `on_text(text)` with text as the model writes it.
-    `constrained=True` has the model decode only replies in the ReAct format for these tools
+    `constrained=True` has the model decode only replies in the format for these tools
     (`format.step_format.next_step_format`); the model must support it (`HFChatModel` with outlines).
+    `protocol` is how the model calls tools: "react" (ReAct text, the default), "tools" (the model's own
+    tool-call format, `agent.protocols.Tools`; several calls in one reply run together) or "auto"
+    (`protocols.auto_protocol`); each result says which it used (`AgentResult.protocol`).
     """
 
     def __init__(
@@ -58,6 +59,7 @@ class Agent(TutorialAgent):
         tool_timeout: float | None = DEFAULT_TOOL_TIMEOUT,
         on_step: Callable[[Step], None] | None = None,
         on_text: Callable[[str], None] | None = None,
+        protocol: str = "react",
         **generate_kwargs,
     ):
         if lang not in ("auto", "en", "zh"):
@@ -70,6 +72,7 @@ class Agent(TutorialAgent):
         if constrained:
             require_outlines()
         self.model = model
+        self.protocol = protocol_for(protocol, model)
         self.tools: dict[str, Tool] = {}
         for t in tools or []:
             self.add_tool(t)
@@ -96,11 +99,11 @@ class Agent(TutorialAgent):
         self.tools[t.name_for_model] = t
 
     def system_prompt_for(self, lang: str = "en") -> str:
-        """The system prompt: tool descriptions and the ReAct format in `lang` (or `system_prompt`)."""
+        """The system prompt in `lang` (or `system_prompt`): for ReAct, tool descriptions and the format."""
         if self.system_prompt is not None:
             return self.system_prompt
         examples = self.examples.get(lang) if isinstance(self.examples, dict) else self.examples
-        return prompts.build_system_prompt(list(self.tools.values()), lang, examples)
+        return self.protocol.system_prompt(list(self.tools.values()), lang, examples)
 
     def chat(self, question: str) -> AgentResult:
         """Answer `question` with the earlier turns of this conversation in context."""
@@ -124,7 +127,7 @@ class Agent(TutorialAgent):
         lang = lang_for(self.lang, question)
         messages: list[Message] = [{"role": "system", "content": self.system_prompt_for(lang)},
                                    *history_to_messages(history), {"role": "user", "content": question}]
-        result = AgentResult(question=question, lang=lang)
+        result = AgentResult(question=question, lang=lang, protocol=str(self.protocol.name))
         try:
             reason = self._steps(messages, result, lang)
         except context.ContextOverflow as e:
@@ -136,16 +139,18 @@ class Agent(TutorialAgent):
         return result
 
     def _steps(self, messages: list[Message], result: AgentResult, lang: str) -> StopReason:
-        """The run's steps up to an answer, the turn cap's forced answer, or a stop request."""
-        for index in range(self.max_turns):
+        """The run's turns (one model reply each, one step per tool call) up to an answer, the turn cap's
+        forced answer, or a stop request."""
+        for turn in range(self.max_turns):
             if self._stop.is_set():
                 return StopReason.STOPPED
-            step = self._record(result, self._step(index, self._generate(messages, result), result, lang))
-            if step.final_answer is not None:
-                result.answer = step.final_answer
-                return StopReason(step.kind)
-        generation = self._generate(messages, result, suffix=prompts.FORCE_FINAL[lang])
-        answer = read_forced_answer(generation.reply)
+            for step in self._turn(turn, self._generate(messages, result), result, lang):
+                self._record(result, step)
+                if step.final_answer is not None:
+                    result.answer = step.final_answer
+                    return StopReason(step.kind)
+        generation = self._generate(messages, result, suffix=self.protocol.forced_suffix(lang))
+        answer = self.protocol.forced_answer(generation.reply, lang)
         self._record(result, generation.into(Step(
             index=len(result.steps), text=generation.reply.rstrip(), final_answer=answer or None,
             kind=StepKind.FORCED_ANSWER if answer else StepKind.NO_FORCED_ANSWER,
@@ -167,27 +172,31 @@ class Agent(TutorialAgent):
             raise _ModelFailed(one_line(e, limit=None)) from e
 
     def _generate(self, messages: list[Message], result: AgentResult, suffix: str = "") -> Generation:
-        """One model call on the conversation plus the scratchpad (the run's steps, then `suffix`)."""
+        """One model call on the conversation plus the run's steps (then `suffix`), as the protocol
+        writes them: its messages, stop strings, tools and, when constrained, the reply's format."""
         kwargs = dict(self.generate_kwargs)
+        kwargs.update(self.protocol.options(list(self.tools.values()), result.steps, forced=bool(suffix),
+                                            constrained=self.constrained, lang=result.lang))
         notes = self._fit_context(messages, result, suffix, kwargs)
         if self.on_text is not None:
             kwargs["on_text"] = self.on_text
-        if self.constrained:  # only replies in the ReAct format (next_step_format says which)
-            kwargs["constraint"] = next_step_format(self.tools.values(), result.steps, forced=bool(suffix))
-        prompt = prompt_messages(messages, result.steps, suffix)
+        prompt = self.protocol.prompt(messages, result.steps, suffix)
         t0 = time.perf_counter()
-        reply = self._call_model(prompt, stop=list(prompts.STOP_WORDS), **kwargs)
+        reply = self._call_model(prompt, **kwargs)
         seconds = time.perf_counter() - t0
         usage = usage_of(reply)
         result.add_usage(usage)
-        return Generation(cut_at_observation(str(reply)), usage, seconds, notes)
+        return Generation(self.protocol.reply(reply), usage, seconds, notes)
 
     def _fit_context(self, messages: list[Message], result: AgentResult, suffix: str, kwargs: dict) -> list[str]:
         """Shorten the prompt when it would not leave room for the reply in the model's window."""
         budget = self._prompt_budget(kwargs)
         if budget is None:
             return []
-        notes = context.fit(messages, result.steps, suffix, self.model.count_tokens, budget, result.lang)
+        count = self.model.count_tokens
+        if kwargs.get("tools"):  # the tools the template shows count too
+            count = (lambda m, tools=kwargs["tools"]: self.model.count_tokens(m, tools=tools))
+        notes = context.fit(messages, result.steps, suffix, count, budget, result.lang, render=self.protocol.prompt)
         for note in notes:
             log.info("context: %s", note)
         return notes
@@ -201,22 +210,49 @@ class Agent(TutorialAgent):
                    or 512)
         return window - max_new
 
-    # --- one step ------------------------------------------------------------------------
+    # --- one turn: a reply, and a step per call -------------------------------------------------
 
-    def _step(self, index: int, generation: Generation, result: AgentResult, lang: str) -> Step:
-        """Read one reply and act on it, with the call's counts."""
-        return generation.into(self._act(index, read_step(generation.reply, self.tools.values(), lang), lang, result))
+    def _turn(self, turn: int, generation: Generation, result: AgentResult, lang: str) -> list[Step]:
+        """Read one reply and act on it: one step per tool call (the first with the call's counts).
+        Several calls run together, each tool that allows it (`Tool.concurrent`) at the same time."""
+        readings = self.protocol.read(generation.reply, self.tools.values(), lang)
+        start = len(result.steps)
+        steps = [Step.of(start + i, r) for i, r in enumerate(readings)]
+        if len(steps) > 1:
+            for step in steps:
+                step.turn = turn
+        calls = []
+        for step, reading in zip(steps, readings):
+            tool = self._act(step, reading, lang, result, steps)
+            if tool is not None:
+                calls.append((step, tool))
+        together = len(calls) > 1 and all(tool.concurrent for _, tool in calls)
+        if together:
+            with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="tinyagent-tool") as pool:
+                list(pool.map(lambda call: self._run_tool(*call, lang, result), calls))
+        else:
+            for step, tool in calls:
+                self._run_tool(step, tool, lang, result)
+        generation.into(steps[0])
+        return steps
 
-    def _act(self, index: int, reading: Reading, lang: str, result: AgentResult | None) -> Step:
-        """The step of a reading: a final answer, a tool call, or an error observation (`result` is None
-        outside a run)."""
+    def _step_of(self, index: int, reading: Reading, lang: str, result: AgentResult | None) -> Step:
+        """The step of one reading, acted on: its call run, or its answer or error observation."""
         step = Step.of(index, reading)
+        tool = self._act(step, reading, lang, result)
+        return step if tool is None else self._run_tool(step, tool, lang, result)
+
+    def _act(self, step: Step, reading: Reading, lang: str, result: AgentResult | None,
+             siblings: list[Step] = ()) -> Tool | None:
+        """Fill in the step of a reading: a final answer, an error observation, or a call ready to run
+        (its tool is returned; `result` is None outside a run)."""
         if reading.kind in (StepKind.FINAL_ANSWER, StepKind.NO_ACTION):
             step.final_answer = reading.answer
-            return step
+            return None
         if reading.kind == StepKind.ACTION:
-            return self._call_tool(step, lang, result)
-        return self._format_error(step, reading.kind, reading.error, result)
+            return self._prepare_call(step, result, siblings)
+        self._format_error(step, reading.kind, reading.error, result)
+        return None
 
     def _format_error(self, step: Step, kind: StepKind, message: str, result: AgentResult | None) -> Step:
         """An error observation; the same mistake twice in a row also gets a complete worked step."""
@@ -224,22 +260,30 @@ class Agent(TutorialAgent):
         last = result.steps[-1] if result is not None and result.steps else None
         repeated = last is not None and last.kind == kind and last.error == message and self.tools
         worked = (self.tools.get(step.action or "") or next(iter(self.tools.values()))) if repeated else None
-        step.observation = error_observation(message, worked)
+        step.observation = self.protocol.error_observation(message, worked)
         return step
 
-    def _call_tool(self, step: Step, lang: str, result: AgentResult | None) -> Step:
-        """Resolve, validate, guard and invoke the step's call."""
+    def _prepare_call(self, step: Step, result: AgentResult | None, siblings: list[Step] = ()) -> Tool | None:
+        """Resolve, validate and guard the step's call: its tool when it is to run, else None (the step
+        then holds the error observation). `siblings`: the other calls of the same reply."""
         tool = tool_calls.resolve(step, self.tools)
         try:
             step.arguments = tool_calls.validate(tool, step)
         except tool_calls.BAD_ARGUMENTS as e:
             step.arguments = None
-            return self._format_error(step, StepKind.BAD_INPUT, bad_input_message(tool, e), result)
-        earlier = None if tool.repeatable or result is None else tool_calls.earlier_call(step, result.steps)
+            self._format_error(step, StepKind.BAD_INPUT, bad_input_message(tool, e), result)
+            return None
+        before = [*(result.steps if result is not None else []), *siblings[: siblings.index(step)]] \
+            if step in siblings else (result.steps if result is not None else [])
+        earlier = None if tool.repeatable or result is None else tool_calls.earlier_call(step, before)
         if earlier is not None:
             step.kind, step.error = StepKind.REPEATED_CALL, "repeated call"
             step.observation = repeated_call_observation(step.action, earlier.index + 1)
-            return step
+            return None
+        return tool
+
+    def _run_tool(self, step: Step, tool: Tool, lang: str, result: AgentResult | None) -> Step:
+        """Invoke a prepared call and shape its output into the step's observation."""
         raw, step.kind, step.error, step.tool_seconds = tool_calls.run(tool, step.arguments, self.tool_timeout)
         step.observation = self._observation_text(raw, lang, step.thought, result)
         if step.observation != raw:

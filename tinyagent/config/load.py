@@ -12,6 +12,7 @@ import types
 import typing
 from pathlib import Path
 
+from ..agent.protocols import PROTOCOLS
 from ..format.step_format import INSTALL_HINT, outlines_available
 from ..models.openai import GUIDED_DECODING_FIELDS, SCRATCHPAD_MODES
 from ..secrets import register_secret
@@ -151,6 +152,7 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
     m, g, a = cfg.model, cfg.generation, cfg.agent
     choices = {"model.backend": (m.backend, BACKENDS), "model.dtype": (m.dtype, DTYPES),
                "model.scratchpad": (m.scratchpad, SCRATCHPAD_MODES), "agent.lang": (a.lang, LANGS),
+               "agent.protocol": (a.protocol, PROTOCOLS),
                "model.guided_decoding": (m.guided_decoding, (None, *GUIDED_DECODING_FIELDS))}
     for key, (value, valid) in choices.items():
         if value not in valid:

@@ -46,7 +46,7 @@ def read_arguments(text: str, tool=None) -> dict:
     if text[0] in "[［" and _is_json_list(text):
         raise ActionInputError('the Action Input must be a JSON object such as {"name": "value"}, not a list')
     value = _object_in(text) if "{" in text.translate(_FULL_WIDTH) else None
-    if value is not None and (text[0] in "{｛" or param is None or set(value) <= _parameter_names(tool)):
+    if value is not None and (text[0] in "{｛" or param is None or set(value) <= set(_parameter_names(tool))):
         return _from_parameter_format(value, tool)
     if param is None:
         names = ", ".join(_parameter_names(tool)) or "none"
@@ -161,7 +161,7 @@ def _value_missing(text: str) -> bool:
         if ch in ",}" and last is not None and last[1] == ":" and not text[last[0] + 1: i].strip():
             return True
         last = (i, ch)
-    return last is not None and last[1] == ":"
+    return last is not None and last[1] == ":" and not text[last[0] + 1:].strip()
 
 
 def _repaired(text: str):

@@ -58,6 +58,7 @@ class Reading:
     arguments: dict | None = None     # parsed arguments, not yet checked against the tool's types
     answer: str | None = None
     error: str | None = None          # for format errors: what went wrong and what to write
+    call_id: str | None = None        # a native tool call's id, when the server gave one
 
 
 # --- invented observations ----------------------------------------------------------------------

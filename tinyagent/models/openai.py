@@ -14,6 +14,10 @@ A `constraint` (the agent's `constrained=True`) is sent as a regex for servers w
 decoding, chosen by `guided_decoding`: "structured_outputs" (vLLM 0.12 and later) or "guided_regex"
 (older vLLM). `response_format` is not used: a ReAct step is text around a JSON object, not JSON.
 Without `guided_decoding` the reply is not constrained, and a warning says so.
+
+The tools protocol sends `tools=` and reads the reply's `tool_calls` (also streamed, in pieces), which
+vLLM, LMDeploy, the llama.cpp server, Ollama and `transformers serve` return; the run's replies go back
+as assistant turns with their `tool_calls` and `tool` messages naming each call's id.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ from ..http import RequestFailed, json_body, post_json
 from ..secrets import register_secret
 from ..text import StopHoldback, TextCallback, trim_at_stop
 from .base import BaseModel, Completion
+from .openai_calls import MESSAGE_KEYS, ToolCallPieces
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +53,10 @@ class OpenAIChatModel(BaseModel):
     retried `max_retries` times with bounded backoff. Passing `on_text` to `generate` streams the
     reply (server-sent events). One instance is safe to share between threads.
     """
+
+    #: the tools protocol: the server shows the tools and parses the calls (its own format, whatever it is)
+    native_tools = True
+    tool_call_turns = True
 
     def __init__(
         self,
@@ -107,9 +116,9 @@ class OpenAIChatModel(BaseModel):
         response = self._post(payload)
         try:
             if on_text is not None and "text/event-stream" in response.headers.get("Content-Type", ""):
-                text, usage = self._read_stream(response, stops, on_text)
+                text, usage, calls = self._read_stream(response, stops, on_text)
             else:  # also a server that ignored "stream" and sent one JSON body
-                text, usage = self._read_body(response)
+                text, usage, calls = self._read_body(response)
                 text = trim_at_stop(text, stops)
                 if on_text is not None and text:
                     on_text(text)
@@ -121,14 +130,17 @@ class OpenAIChatModel(BaseModel):
             completion_tokens=usage.get("completion_tokens"),
             seconds=time.perf_counter() - started,
             cached_tokens=usage.get("cached_tokens"),
+            tool_calls=calls,
         )
 
     def build_payload(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> dict:
         """The request body for `messages`: the scratchpad placed per `self.scratchpad`, settings applied."""
         self.check_generation_options(kwargs, where="generate")
         settings = {**self.generation_defaults, **{k: v for k, v in kwargs.items() if k in self.generation_options}}
-        chat = [{"role": m["role"], "content": m["content"]} for m in messages]
+        chat = [{k: m[k] for k in MESSAGE_KEYS if k in m} for m in messages]
         payload: dict = {"model": self.model}
+        if kwargs.get("tools"):
+            payload["tools"] = list(kwargs["tools"])
         if chat and chat[-1]["role"] == "assistant":
             if self.scratchpad == "continue":
                 payload["continue_final_message"] = True
@@ -203,7 +215,7 @@ class OpenAIChatModel(BaseModel):
                         "try the other guided_decoding field, or None for unconstrained replies)")
         return message
 
-    def _read_body(self, response: requests.Response) -> tuple[str, dict]:
+    def _read_body(self, response: requests.Response) -> tuple[str, dict, list[dict] | None]:
         body = json_body(response, self.url)
         choice = _first_choice(body)
         message = choice.get("message") if choice is not None else None
@@ -212,12 +224,15 @@ class OpenAIChatModel(BaseModel):
             keys = ", ".join(sorted(map(str, body))) or "none"
             raise RequestFailed(f"{self.url} answered without choices[0].message.content "
                                 f"(top-level keys: {keys})", status=response.status_code)
-        return content or "", _usage(body.get("usage"))
+        calls = ToolCallPieces()
+        calls.add(message.get("tool_calls"))
+        return content or "", _usage(body.get("usage")), calls.result()
 
-    def _read_stream(self, response: requests.Response, stops: list[str], on_text: TextCallback) -> tuple[str, dict]:
+    def _read_stream(self, response: requests.Response, stops: list[str],
+                     on_text: TextCallback) -> tuple[str, dict, list[dict] | None]:
         """Collect the streamed reply; on_text gets only text that cannot become part of a stop string."""
         holdback = StopHoldback(on_text, stops)
-        text, usage, events = "", {}, 0
+        text, usage, events, calls = "", {}, 0, ToolCallPieces()
         for event in self._events(response, lambda: len(holdback.sent)):
             events += 1
             if isinstance(event.get("usage"), dict):
@@ -225,6 +240,8 @@ class OpenAIChatModel(BaseModel):
             choice = _first_choice(event)
             delta = choice.get("delta") if choice is not None else None
             piece = delta.get("content") if isinstance(delta, dict) else None
+            if isinstance(delta, dict):
+                calls.add(delta.get("tool_calls"))
             if isinstance(piece, str) and piece and not holdback.stopped:
                 text += piece  # after a stop string, read on only for the usage counts
                 holdback.update(text)
@@ -232,7 +249,7 @@ class OpenAIChatModel(BaseModel):
             raise RequestFailed(f"{self.url} ended the stream without sending any data")
         text = trim_at_stop(text, stops)
         holdback.finish(text)
-        return text, usage
+        return text, usage, calls.result()
 
     def _events(self, response: requests.Response, received) -> Iterator[dict]:
         """The JSON objects of a server-sent event stream, up to `[DONE]` or the end of the body."""

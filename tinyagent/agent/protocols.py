@@ -1,0 +1,135 @@
+"""The two ways one loop talks to a model: ReAct text, or the model's own tool-call format.
+
+The loop (`loop.py`) asks its protocol for the system prompt, the messages and options of each model
+call, and what a reply says (one `Reading` per tool call, or one answer or error); everything else, the
+tool calls, guards, forced answer and records, is the loop's and the same for both.
+"""
+from __future__ import annotations
+
+from ..format import prompts
+from ..format.messages import Message, prompt_messages, tool_turn_messages
+from ..format.observations import error_observation
+from ..format.reading import Reading, cut_at_observation, read_forced_answer, read_step
+from ..format.step_format import next_step_format
+from ..format.tool_formats import (
+    DEFAULT_FORMAT,
+    FORCE_ANSWER,
+    FORMATS,
+    SYSTEM_PROMPT,
+    result_text,
+    tool_schema,
+    tools_block,
+)
+from ..format.tool_reading import read_calls
+from ..models.base import BaseModel
+from ..text import StrEnum
+
+PROTOCOLS = ("react", "tools", "auto")
+#: Stop strings of the tools protocol, per family: a result the model starts to invent.
+TOOL_STOPS = {"hermes": ["<tool_response>"]}
+
+
+class ProtocolName(StrEnum):
+    REACT = "react"
+    TOOLS = "tools"
+
+
+class ReAct:
+    """ReAct text: Thought / Action / Action Input, the scratchpad continued as one assistant message."""
+
+    name = ProtocolName.REACT
+
+    def system_prompt(self, tools, lang: str, examples) -> str:
+        return prompts.build_system_prompt(tools, lang, examples)
+
+    def prompt(self, messages: list[Message], steps, suffix: str = "") -> list[Message]:
+        return prompt_messages(messages, steps, suffix)
+
+    def options(self, tools, steps, forced: bool, constrained: bool, lang: str = "en") -> dict:
+        options: dict = {"stop": list(prompts.STOP_WORDS)}
+        if constrained:
+            options["constraint"] = next_step_format(tools, steps, forced=forced)
+        return options
+
+    def reply(self, text: str) -> str:
+        """The reply as the protocol keeps it: an observation the model invented is cut."""
+        return cut_at_observation(text)
+
+    def read(self, reply: str, tools, lang: str) -> list[Reading]:
+        return [read_step(reply, tools, lang)]
+
+    def forced_suffix(self, lang: str) -> str:
+        return prompts.FORCE_FINAL[lang]
+
+    def forced_answer(self, reply: str, lang: str) -> str:
+        return read_forced_answer(reply)
+
+    def error_observation(self, message: str, worked_tool=None) -> str:
+        return error_observation(message, worked_tool)
+
+
+class Tools:
+    """The model's own tool calls: tools given to the chat template (`tools=`), calls read in the family's
+    format (`format.tool_reading`), each reply an assistant turn and each result a tool message.
+
+    `fmt` is the family (`model.tool_format`, else hermes). A model whose template does not render
+    `tools=` (`model.native_tools` False) gets the family's tools text in the system prompt, and its
+    results as user messages in the family's wrapping.
+    """
+
+    name = ProtocolName.TOOLS
+
+    def __init__(self, model: BaseModel):
+        self.fmt = FORMATS[getattr(model, "tool_format", None) or DEFAULT_FORMAT]
+        self.native = bool(getattr(model, "native_tools", False))
+        self.call_turns = bool(getattr(model, "tool_call_turns", False))
+
+    def system_prompt(self, tools, lang: str, examples) -> str:
+        prompt = SYSTEM_PROMPT[lang]
+        if tools and not self.native:
+            prompt += "\n\n" + tools_block(self.fmt, [tool_schema(t, lang) for t in tools])
+        return prompt
+
+    def prompt(self, messages: list[Message], steps, suffix: str = "") -> list[Message]:
+        return tool_turn_messages(messages, steps, suffix, result_role="tool" if self.native else None,
+                                  wrap=lambda text: result_text(self.fmt, text), call_turns=self.call_turns)
+
+    def options(self, tools, steps, forced: bool, constrained: bool, lang: str = "en") -> dict:
+        options: dict = {"stop": list(TOOL_STOPS.get(self.fmt.name, []))}
+        if self.native and tools:
+            options["tools"] = [tool_schema(t, lang) for t in tools]
+        if constrained:
+            options["constraint"] = next_step_format(tools, steps, forced=forced, calls=self.fmt)
+        return options
+
+    def reply(self, text: str) -> str:
+        return text
+
+    def read(self, reply: str, tools, lang: str) -> list[Reading]:
+        return read_calls(reply, tools, self.fmt, lang, structured=getattr(reply, "tool_calls", None))
+
+    def forced_suffix(self, lang: str) -> str:
+        return FORCE_ANSWER[lang]
+
+    def forced_answer(self, reply: str, lang: str) -> str:
+        """The answer after the turn cap: the reply's text (a call it still makes is not run)."""
+        reading = read_calls(reply, (), self.fmt, lang)[0]
+        return (reading.answer if reading.answer is not None else reading.thought) or ""
+
+    def error_observation(self, message: str, worked_tool=None) -> str:
+        return f"Error: {message}"
+
+
+def protocol_for(name: str, model: BaseModel) -> ReAct | Tools:
+    """The protocol `name` asks for; "auto" picks by `auto_protocol`."""
+    if name not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {name!r}")
+    if name == "auto":
+        name = auto_protocol(model)
+    return Tools(model) if name == ProtocolName.TOOLS else ReAct()
+
+
+def auto_protocol(model: BaseModel) -> str:
+    """What "auto" picks: the model's own format when its template (or its family) has one, else ReAct."""
+    known = getattr(model, "native_tools", False) or getattr(model, "tool_format", None) is not None
+    return ProtocolName.TOOLS if known else ProtocolName.REACT
