@@ -181,9 +181,18 @@ class Agent(TutorialAgent):
         if self.on_text is not None:
             kwargs["on_text"] = self.on_text
         prompt = self.protocol.prompt(messages, result.steps, suffix)
+        render = getattr(self.model, "render_prompt", None) if self.protocol.tracks_prefix else None
+        rendered = render(prompt, kwargs.get("tools")) if render is not None else None
+        if rendered is not None:
+            note = self.protocol.prefix_note(rendered, first=not result.steps)
+            if note and not any(note.split(":")[0] in n for s in result.steps for n in s.notes):
+                log.info("prefix: %s", note)
+                notes.append(note)
         t0 = time.perf_counter()
         reply = self._call_model(prompt, **kwargs)
         seconds = time.perf_counter() - t0
+        if rendered is not None:
+            self.protocol.after_reply(rendered, str(reply))
         usage = usage_of(reply)
         result.add_usage(usage)
         return Generation(self.protocol.reply(reply), usage, seconds, notes)

@@ -35,9 +35,11 @@ class ProtocolName(StrEnum):
 
 
 class ReAct:
-    """ReAct text: Thought / Action / Action Input, the scratchpad continued as one assistant message."""
+    """ReAct text: Thought / Action / Action Input, the scratchpad continued as one assistant message
+    (whose rendering `HFChatModel.render_prompt` checks, so the prompt only grows)."""
 
     name = ProtocolName.REACT
+    tracks_prefix = False
 
     def system_prompt(self, tools, lang: str, examples) -> str:
         return prompts.build_system_prompt(tools, lang, examples)
@@ -78,11 +80,26 @@ class Tools:
     """
 
     name = ProtocolName.TOOLS
+    tracks_prefix = True  # templates may re-render earlier turns: `prefix_note` says when one did
 
     def __init__(self, model: BaseModel):
         self.fmt = FORMATS[getattr(model, "tool_format", None) or DEFAULT_FORMAT]
         self.native = bool(getattr(model, "native_tools", False))
         self.call_turns = bool(getattr(model, "tool_call_turns", False))
+        self._expected: str | None = None  # the last prompt as rendered, then its reply
+
+    def prefix_note(self, rendered: str, first: bool) -> str | None:
+        """Why the KV cache cannot be reused whole, when the prompt `rendered` (of a run's later call) does
+        not start with the last prompt and its reply: the chat template re-rendered an earlier turn."""
+        expected, self._expected = (None if first else self._expected), None
+        if not expected or rendered.startswith(expected):
+            return None
+        same = next((i for i, (a, b) in enumerate(zip(rendered, expected)) if a != b), min(len(rendered), len(expected)))
+        return (f"the chat template re-rendered an earlier turn: the prompt keeps {same} of the {len(expected)} "
+                "characters of the last prompt and its reply, so the KV cache is reused only that far")
+
+    def after_reply(self, rendered: str, reply: str) -> None:
+        self._expected = rendered + reply
 
     def system_prompt(self, tools, lang: str, examples) -> str:
         prompt = SYSTEM_PROMPT[lang]
