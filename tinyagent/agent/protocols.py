@@ -112,7 +112,7 @@ class Tools:
                                   wrap=lambda text: result_text(self.fmt, text), call_turns=self.call_turns)
 
     def options(self, tools, steps, forced: bool, constrained: bool, lang: str = "en") -> dict:
-        options: dict = {"stop": list(TOOL_STOPS.get(self.fmt.name, []))}
+        options: dict = {"stop": [] if self.call_turns else list(TOOL_STOPS.get(self.fmt.name, []))}
         if self.native and tools:
             options["tools"] = [tool_schema(t, lang) for t in tools]
         if constrained:

@@ -48,7 +48,7 @@ def read_arguments(text: str, tool=None) -> dict:
     value = _object_in(text) if "{" in text.translate(_FULL_WIDTH) else None
     if value is not None and (text[0] in "{｛" or param is None or set(value) <= set(_parameter_names(tool))):
         return _from_parameter_format(value, tool)
-    if param is None:
+    if param is None or (value is None and text[0] in "{｛" and re.search("[:：]", text)):  # an object, broken
         names = ", ".join(_parameter_names(tool)) or "none"
         raise ActionInputError(f"the Action Input is not valid JSON: {text[:100]!r}; write a JSON object with "
                                f"the parameter names ({names})")
