@@ -10,7 +10,7 @@ import os
 import pytest
 import torch
 from tiny_models import build_tiny_model
-from tool_templates import LLAMA31, MISTRAL_V3, QWEN25, QWEN3_DROPS_THINKING
+from tool_templates import LLAMA31, MISTRAL_V3, QWEN3_DROPS_THINKING, QWEN25
 
 from tinyagent import Agent
 from tinyagent.format.kinds import StepKind

@@ -1,4 +1,5 @@
-"""The ReAct loop: ask the model for a step, run the tool it names, append the observation, repeat."""
+"""The loop: ask the model for a step, run the tools it calls, append the results, repeat; in ReAct text or
+the model's own tool-call format (`protocols.py`). A little over 300 lines: run -> turn -> call, whole."""
 from __future__ import annotations
 
 import inspect
@@ -6,7 +7,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from ..format.arguments import bad_input_message
 from ..format.kinds import StepKind
@@ -181,18 +181,11 @@ class Agent(TutorialAgent):
         if self.on_text is not None:
             kwargs["on_text"] = self.on_text
         prompt = self.protocol.prompt(messages, result.steps, suffix)
-        render = getattr(self.model, "render_prompt", None) if self.protocol.tracks_prefix else None
-        rendered = render(prompt, kwargs.get("tools")) if render is not None else None
-        if rendered is not None:
-            note = self.protocol.prefix_note(rendered, first=not result.steps)
-            if note and not any(note.split(":")[0] in n for s in result.steps for n in s.notes):
-                log.info("prefix: %s", note)
-                notes.append(note)
+        notes += self.protocol.before_call(self.model, prompt, kwargs.get("tools"), result.steps)
         t0 = time.perf_counter()
         reply = self._call_model(prompt, **kwargs)
         seconds = time.perf_counter() - t0
-        if rendered is not None:
-            self.protocol.after_reply(rendered, str(reply))
+        self.protocol.after_call(str(reply))
         usage = usage_of(reply)
         result.add_usage(usage)
         return Generation(self.protocol.reply(reply), usage, seconds, notes)
@@ -235,13 +228,7 @@ class Agent(TutorialAgent):
             tool = self._act(step, reading, lang, result, steps)
             if tool is not None:
                 calls.append((step, tool))
-        together = len(calls) > 1 and all(tool.concurrent for _, tool in calls)
-        if together:
-            with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="tinyagent-tool") as pool:
-                list(pool.map(lambda call: self._run_tool(*call, lang, result), calls))
-        else:
-            for step, tool in calls:
-                self._run_tool(step, tool, lang, result)
+        tool_calls.run_together(calls, lambda step, tool: self._run_tool(step, tool, lang, result))
         generation.into(steps[0])
         return steps
 

@@ -6,6 +6,8 @@ tool calls, guards, forced answer and records, is the loop's and the same for bo
 """
 from __future__ import annotations
 
+import logging
+
 from ..format import prompts
 from ..format.messages import Message, prompt_messages, tool_turn_messages
 from ..format.observations import error_observation
@@ -24,6 +26,8 @@ from ..format.tool_reading import read_calls
 from ..models.base import BaseModel
 from ..text import StrEnum
 
+log = logging.getLogger(__package__)  # "tinyagent.agent"
+
 PROTOCOLS = ("react", "tools", "auto")
 #: Stop strings of the tools protocol, per family: a result the model starts to invent.
 TOOL_STOPS = {"hermes": ["<tool_response>"]}
@@ -39,7 +43,12 @@ class ReAct:
     (whose rendering `HFChatModel.render_prompt` checks, so the prompt only grows)."""
 
     name = ProtocolName.REACT
-    tracks_prefix = False
+
+    def before_call(self, model: BaseModel, prompt: list[Message], tools, steps) -> list[str]:
+        return []
+
+    def after_call(self, reply: str) -> None:
+        pass
 
     def system_prompt(self, tools, lang: str, examples) -> str:
         return prompts.build_system_prompt(tools, lang, examples)
@@ -80,13 +89,28 @@ class Tools:
     """
 
     name = ProtocolName.TOOLS
-    tracks_prefix = True  # templates may re-render earlier turns: `prefix_note` says when one did
 
     def __init__(self, model: BaseModel):
         self.fmt = FORMATS[getattr(model, "tool_format", None) or DEFAULT_FORMAT]
         self.native = bool(getattr(model, "native_tools", False))
         self.call_turns = bool(getattr(model, "tool_call_turns", False))
         self._expected: str | None = None  # the last prompt as rendered, then its reply
+        self._rendered: str | None = None
+
+    def before_call(self, model: BaseModel, prompt: list[Message], tools, steps) -> list[str]:
+        """Notes for the step of this call: that the template re-rendered an earlier turn (said once a run),
+        when the model renders its prompts (`render_prompt`)."""
+        render = getattr(model, "render_prompt", None)
+        self._rendered = render(prompt, tools) if render is not None else None
+        note = self.prefix_note(self._rendered, first=not steps) if self._rendered is not None else None
+        if note is None or any(n.startswith(note.split(":")[0]) for s in steps for n in s.notes):
+            return []
+        log.info("prefix: %s", note)
+        return [note]
+
+    def after_call(self, reply: str) -> None:
+        if self._rendered is not None:
+            self._expected = self._rendered + reply
 
     def prefix_note(self, rendered: str, first: bool) -> str | None:
         """Why the KV cache cannot be reused whole, when the prompt `rendered` (of a run's later call) does
@@ -97,9 +121,6 @@ class Tools:
         same = next((i for i, (a, b) in enumerate(zip(rendered, expected)) if a != b), min(len(rendered), len(expected)))
         return (f"the chat template re-rendered an earlier turn: the prompt keeps {same} of the {len(expected)} "
                 "characters of the last prompt and its reply, so the KV cache is reused only that far")
-
-    def after_reply(self, rendered: str, reply: str) -> None:
-        self._expected = rendered + reply
 
     def system_prompt(self, tools, lang: str, examples) -> str:
         prompt = SYSTEM_PROMPT[lang]
