@@ -166,3 +166,21 @@ def test_a_template_that_re_renders_an_earlier_turn_is_detected_and_reuse_stays_
     assert not forced_a.prompts[1].startswith(forced_a.prompts[0] + call)
     assert any("re-rendered an earlier turn" in n for n in a.steps[1].notes), a.steps[1].notes
     assert 0 < a.steps[1].cached_tokens < a.steps[0].prompt_tokens + a.steps[0].completion_tokens
+
+
+def test_concurrent_tools_agents_are_batched_and_answer_as_they_would_alone(tmp_path):
+    """Three constrained tools runs at once share the model's batch; each gives the steps it gives alone."""
+    from tinyagent.runs import run_many
+
+    model = HFChatModel(str(build_tiny_model("qwen3", tmp_path, template=QWEN25,
+                                             extra_tokens=["<tool_call>", "</tool_call>"])), dtype="float32")
+    assert model._batcher is not None
+    questions = ["What is 12 times 6?", "Add 3 and 9.", "What is 2 to the power of 10?"]
+
+    def agent():
+        return Agent(model, TOOLS, protocol="tools", constrained=True, max_turns=2, max_new_tokens=60)
+
+    together = run_many(agent, questions, concurrency=3)
+    alone = [agent().run(q) for q in questions]
+    assert [[s.text for s in item.result.steps] for item in together] == [[s.text for s in r.steps] for r in alone]
+    assert all(item.result.protocol == "tools" and item.error is None for item in together)
