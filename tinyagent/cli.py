@@ -17,10 +17,12 @@ from collections.abc import Callable
 
 from . import config as configuration
 from . import web
+from .agent.approval import give_asker
 from .http import RequestFailed
 from .options import add_model_options, add_web_options, config_from_args
 from .report import PROG, Reporter, answer, note
 from .secrets import redact
+from .terminal import TerminalApprover
 from .text import one_line
 from .trace import TraceWriter, dumps
 from .version import __version__
@@ -151,8 +153,9 @@ def _run(args: argparse.Namespace) -> int:
         return web_page(args)
     cfg = config_from_args(args)
     tools = configuration.build_tools(cfg)
-    trace = None
+    trace, tracing = None, None
     try:
+        tracing = configuration.start_tracing(cfg)
         trace = TraceWriter(args.trace) if args.trace else None
         if trace is not None:
             trace.write({"event": "start", "command": args.command, "version": __version__,
@@ -162,14 +165,17 @@ def _run(args: argparse.Namespace) -> int:
                             echo_question=not interactive)
         model = load_model(cfg)
         agent = configuration.build_agent(cfg, model, tools=tools, **reporter.callbacks())
+        give_asker(agent.hooks, TerminalApprover(before=reporter.pause))
         if args.command == "ask":
             result = answer(agent, reporter, " ".join(args.question), chat=False)
-            return EXIT_RUNTIME if model_failed(result, args.verbose) else 0
+            return EXIT_RUNTIME if run_failed(result, args.verbose) else 0
         return chat_loop(agent, reporter, interactive, args.verbose)
     finally:
         configuration.close_tools(tools)
         if trace is not None:
             trace.close()
+        if tracing is not None:
+            tracing.shutdown()  # exports the spans still queued
 
 
 def web_page(args: argparse.Namespace, model=None) -> int:
@@ -180,7 +186,9 @@ def web_page(args: argparse.Namespace, model=None) -> int:
     except ImportError as e:
         raise LoadError(str(e)) from None
     tools = configuration.build_tools(cfg)
+    tracing = None
     try:
+        tracing = configuration.start_tracing(cfg)
         model = model if model is not None else load_model(cfg)
 
         def new_agent(**callbacks):
@@ -197,18 +205,20 @@ def web_page(args: argparse.Namespace, model=None) -> int:
         page.block_thread()
     finally:
         configuration.close_tools(tools)  # stops the MCP servers of --mcp / agent.mcp_servers
+        if tracing is not None:
+            tracing.shutdown()
     return 0
 
 
 CHAT_HELP = "Commands: /history, /reset (forget the conversation), /exit (or Ctrl-D)."
 
 
-def model_failed(result, verbose: bool = False) -> bool:
-    """Say on stderr, in one line, that the model failed during the run (its steps were shown)."""
-    if result.stop_reason != "model_error":
+def run_failed(result, verbose: bool = False) -> bool:
+    """Say on stderr, in one line, that the model or a hook failed during the run (its steps were shown)."""
+    if not result.stop_reason.failed:
         return False
     hint = "" if verbose else " (run with --verbose for details)"
-    print(f"{PROG}: error: {redact(result.error or 'the model failed')}{hint}", file=sys.stderr, flush=True)
+    print(f"{PROG}: error: {redact(result.error or 'the run failed')}{hint}", file=sys.stderr, flush=True)
     return True
 
 
@@ -224,7 +234,7 @@ def chat_loop(agent, reporter: Reporter, interactive: bool, verbose: bool = Fals
         if not line:
             continue
         if not line.startswith("/"):
-            model_failed(answer(agent, reporter, line), verbose)  # the conversation goes on
+            run_failed(answer(agent, reporter, line), verbose)  # the conversation goes on
             continue
         command = line.split()[0].lower()
         if command in ("/exit", "/quit"):

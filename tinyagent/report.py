@@ -4,6 +4,7 @@ Shared by the `tinyagent` command and run_demo.py, so both print steps the same 
 """
 from __future__ import annotations
 
+import json
 import sys
 
 from .agent import StepKind, StopReason
@@ -29,6 +30,7 @@ STOP_REASONS = {
     StopReason.NO_FORCED_ANSWER: "no answer even at the turn cap",
     StopReason.CONTEXT_OVERFLOW: "stopped: the context window is full",
     StopReason.MODEL_ERROR: "stopped: the model failed",
+    StopReason.HOOK_ERROR: "stopped: a hook failed",
     StopReason.STOPPED: "stopped on request",
 }
 
@@ -101,6 +103,15 @@ class Reporter:
         if self.echo_question:
             self._out(f"Question: {question}\n")
 
+    def pause(self) -> None:
+        """End the streamed line, so the terminal can ask something (approval) on a line of its own."""
+        if self.json_mode:
+            return
+        self._stream_out("", final=True)
+        if self._line_open:
+            self._out("\n")
+            self._line_open = False
+
     def on_text(self, text: str) -> None:
         if not self.stream or not text:
             return
@@ -123,6 +134,8 @@ class Reporter:
         elif self._line_open:
             self._out("\n")
         self._line_open = self._streamed = False
+        if step.edited_from is not None:
+            self._out(f"Action Input (edited): {json.dumps(step.arguments, ensure_ascii=False)}\n")
         line = observation_line(step)
         if line is not None:
             self._out(line + "\n")

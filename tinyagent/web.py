@@ -3,9 +3,11 @@ Gradio chatbot as the agent works, each step a block that folds away once the an
 
 One model serves every browser session; each session (a browser tab, or a gradio_client Client)
 gets its own Agent, so its own conversation, and runs are concurrent (a model that cannot run
-two generations at once serialises them itself). Everything shown passes through `redact`.
+two generations at once serialises them itself). A tool call waiting for approval shows in the
+step stream and as a card under the chat (web_approval.py). Everything shown passes through `redact`.
 Gradio is imported only when a page is built: `pip install 'tinyagent[web]'`.
 (No `from __future__ import annotations` here: Gradio reads the handlers' `gr.Request` annotation.)
+A little over 300 lines: the session, its reply and the page's handlers share the run's events.
 """
 import json
 import logging
@@ -15,7 +17,9 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from . import web_approval
 from .agent import Agent, AgentResult, Step, StepKind, StopReason
+from .agent.approval import ApprovalRequest, give_asker
 from .format.observations import observation_line
 from .report import summary
 from .secrets import redact, secrets
@@ -32,9 +36,11 @@ Messages = list[dict]
 
 LABELS = {
     "en": {"step": "Step {n}", "final": "final answer", "forced": "final answer at the turn cap",
+           "refused": "refused", "edited": "edited",
            "stopped": "Stopped after {n} step(s).", "no_answer": "No final answer.", "error": "Error: {e}",
            "busy": "A question is still running: wait for it, or press Stop."},
     "zh": {"step": "第 {n} 步", "final": "最终答案", "forced": "达到轮数上限时的最终答案",
+           "refused": "已拒绝", "edited": "已修改",
            "stopped": "已在第 {n} 步后停止。", "no_answer": "没有最终答案。", "error": "错误：{e}",
            "busy": "上一个问题还在运行：请稍候，或按“停止”。"},
 }
@@ -73,9 +79,10 @@ class Reply:
     """One answer as chat messages: a block per step (the one being written pending), then the answer."""
 
     def __init__(self, lang: str):
-        self.labels = LABELS[lang]
+        self.lang, self.labels = lang, LABELS[lang]
         self.steps: list[Step] = []
         self.writing = ""   # text the model is writing for the next step
+        self.waiting: ApprovalRequest | None = None  # its call, while it waits for approval
         self.answer: str | None = None
 
     def on_text(self, text: str) -> None:
@@ -103,8 +110,10 @@ class Reply:
         done = self.answer is not None
         # a step without a reply records why the run ended: its answer line says so
         out = [self._block(step, "done" if done else None) for step in self.steps if step.kind.has_reply]
-        if self.writing.strip():
+        if self.writing.strip() or self.waiting is not None:
             title = self.labels["step"].format(n=len(self.steps) + 1)
+            if self.waiting is not None:
+                title += f" · {self.waiting.name} · {web_approval.LABELS[self.lang]['waiting']}"
             out.append(_message(shown(self.writing), {"title": title, "status": "pending"}))
         if done:
             out.append(_message(redact(self.answer)))
@@ -115,6 +124,8 @@ class Reply:
         name = step.action or {StepKind.FINAL_ANSWER: self.labels["final"], StepKind.FORCED_ANSWER:
                                self.labels["forced"], StepKind.NO_FORCED_ANSWER: self.labels["forced"]}.get(
                                    step.kind, str(step.kind))
+        if step.kind == StepKind.REFUSED or step.edited_from is not None:
+            name += f" · {self.labels['refused' if step.kind == StepKind.REFUSED else 'edited']}"
         meta = {"title": f"{self.labels['step'].format(n=step.index + 1)} · {name}",
                 "duration": round(step.model_seconds + step.tool_seconds, 2)}
         if step.arguments is not None:
@@ -141,8 +152,15 @@ class Session:
         self.events: queue.Queue = queue.Queue()
         self.agent = factory(on_step=lambda s: self.events.put(("step", s)),
                              on_text=lambda t: self.events.put(("text", t)))
+        self.pending = web_approval.Pending(lambda kind, request: self.events.put((kind, request)))
+        give_asker(self.agent.hooks, self.pending.ask)  # approvers with no one to ask: the page's card
         self.messages: Messages = []
         self.running = threading.Lock()  # one run at a time per conversation
+
+    def stop(self) -> None:
+        """End the run after the step in progress; a call waiting for approval is refused."""
+        self.agent.stop()
+        self.pending.cancel()
 
     def ask(self, question: str) -> Iterator[Messages]:
         """Run `question` in a worker thread, yielding the chat after each batch of events."""
@@ -173,7 +191,7 @@ class Session:
                     yield before + reply.messages()
         finally:
             if worker.is_alive():  # the page went away mid-run: end it after the step in progress
-                self.agent.stop()
+                self.stop()
                 worker.join()
             reply.finish(outcome.get("result"), outcome.get("error"))
             self.messages = before + reply.messages()
@@ -187,6 +205,8 @@ class Session:
             reply.on_text(value)
         elif kind == "step":
             reply.on_step(value)
+        elif kind in ("approve", "answered"):
+            reply.waiting = value
         return kind != "done"
 
 
@@ -223,7 +243,17 @@ class ChatPage:
         """End the session's run after the step in progress; its steps so far stay on the page."""
         session = self.sessions.get(key)
         if session is not None and session.running.locked():
-            session.agent.stop()
+            session.stop()
+
+    def approve(self, key: str, decision: str, arguments: str = "", reason: str = "") -> bool:
+        """Answer the session's call waiting for approval (run, always, edit, refuse); False when none waits."""
+        verdict, session = web_approval.verdict_of(decision, arguments, reason), self.sessions.get(key)
+        return session is not None and session.pending.answer(verdict)
+
+    def card(self, key: str) -> tuple:
+        """What the approval card shows now (`web_approval.Pending.card`)."""
+        session = self.session(key)
+        return session.pending.card(_gradio(), session.agent.lang)
 
     def clear(self, key: str) -> Messages:
         """Forget the conversation (stopping a run in progress first)."""
@@ -249,9 +279,9 @@ class ChatPage:
             for chat in self.respond(request.session_hash, question):
                 if chat is None:
                     gr.Warning(LABELS[detect_lang(question)]["busy"])
-                    yield gr.skip(), question
+                    yield gr.skip(), question, *self.card(request.session_hash)
                 else:
-                    yield chat, ""
+                    yield chat, "", *self.card(request.session_hash)
 
         def stop(request: gr.Request) -> None:
             self.stop(request.session_hash)
@@ -272,8 +302,11 @@ class ChatPage:
                 send = gr.Button("Send · 发送", variant="primary", scale=1, elem_id="send")
                 halt = gr.Button("Stop · 停止", variant="stop", scale=1, elem_id="stop")
                 wipe = gr.Button("Clear · 清空", scale=1, elem_id="clear")
-            box.submit(respond, [box], [chat, box], api_name="respond", concurrency_limit=None)
-            send.click(respond, [box], [chat, box], api_visibility="private", concurrency_limit=None)
+            card = web_approval.Card.build(gr)
+            shown = [chat, box, *card.outputs]
+            box.submit(respond, [box], shown, api_name="respond", concurrency_limit=None)
+            send.click(respond, [box], shown, api_visibility="private", concurrency_limit=None)
+            card.wire(gr, self.approve)
             halt.click(stop, None, None, api_name="stop", concurrency_limit=None)
             wipe.click(clear, None, [chat], api_name="clear", concurrency_limit=None)
             chat.clear(clear, None, [chat], api_visibility="private", concurrency_limit=None)  # its bin icon

@@ -6,7 +6,8 @@ import os
 import typing
 
 from .. import models
-from ..agent import Agent
+from ..agent import Agent, telemetry
+from ..agent.approval import Approver
 from ..format.step_format import require_outlines
 from ..secrets import register_secret
 from ..text import one_line
@@ -93,12 +94,36 @@ def close_tools(tools: list) -> None:
 
 
 def build_agent(cfg: Config, model=None, tools: list | None = None, **agent_kwargs):
-    """An `Agent` for the config: its tools and model (each built unless given) and settings.
+    """An `Agent` for the config: its tools and model (each built unless given), settings and hooks.
 
-    Tools are built first so a bad corpus fails before a slow model load. `agent_kwargs`
-    (on_step, on_text, ...) are passed to `Agent` and win over the config.
+    Tools are built first so a bad corpus fails before a slow model load. When `agent.approve` /
+    `agent.approve_mcp` say to ask about a tool, the agent's first hook is an `Approver` with no one to
+    ask (such calls are refused) until the caller gives it someone (`approval.give_asker`: the CLI's
+    terminal, the chat page's card). `agent_kwargs` (on_step, on_text, ...) are passed to `Agent` and
+    win over the config.
     """
     tools = tools if tools is not None else build_tools(cfg)
     model = model if model is not None else build_model(cfg)
     kwargs = {**cfg.agent.agent_kwargs(), **cfg.generation_kwargs(), **agent_kwargs}
-    return Agent(model, tools, **kwargs)
+    if cfg.agent.otel:
+        kwargs["hooks"] = [*kwargs.get("hooks", []), telemetry.Tracing()]
+    agent = Agent(model, tools, **kwargs)
+    unknown = sorted(set(cfg.agent.approve) - set(agent.tools))
+    if unknown:
+        raise ConfigError(f"agent.approve: no tool named {', '.join(unknown)}; tools: {', '.join(agent.tools)}")
+    policy = {name: cfg.agent.approve.get(name) or (cfg.agent.approve_mcp if isinstance(t, mcp.MCPTool) else "always")
+              for name, t in agent.tools.items()}
+    if any(value != "always" for value in policy.values()):  # approval goes first: it sees every call
+        agent.hooks.insert(0, Approver(None, policy, default="always"))
+    return agent
+
+
+def start_tracing(cfg: Config):
+    """With `agent.otel`, a global TracerProvider from the OTEL_* variables unless one is set
+    (`telemetry.configure`); returns it, for `shutdown()` at exit, or None."""
+    if not cfg.agent.otel:
+        return None
+    try:
+        return telemetry.configure()
+    except (ValueError, ImportError) as e:
+        raise ConfigError(f"agent.otel: {e}") from None

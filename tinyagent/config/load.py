@@ -12,6 +12,7 @@ import types
 import typing
 from pathlib import Path
 
+from ..agent import telemetry
 from ..agent.protocols import PROTOCOLS
 from ..format.step_format import INSTALL_HINT, outlines_available
 from ..models.openai import GUIDED_DECODING_FIELDS, SCRATCHPAD_MODES
@@ -19,6 +20,7 @@ from ..secrets import register_secret
 from ..text import clip
 from ..tools.mcp.spec import spec_problem
 from .schema import (
+    APPROVALS,
     BACKENDS,
     DTYPES,
     LANGS,
@@ -122,6 +124,9 @@ def _fits(value, hint) -> bool:
     if origin is list:
         (item,) = typing.get_args(hint)
         return isinstance(value, list) and all(_fits(v, item) for v in value)
+    if origin is dict:
+        key, item = typing.get_args(hint)
+        return isinstance(value, dict) and all(_fits(k, key) and _fits(v, item) for k, v in value.items())
     if hint is type(None):
         return value is None
     if hint is bool:
@@ -136,7 +141,7 @@ def _fits(value, hint) -> bool:
 def _describe(hint) -> str:
     names = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
              type(None): "null", list[str]: "a list of strings",
-             list[dict]: "a list of mappings"}
+             list[dict]: "a list of mappings", dict[str, str]: "a mapping of names to strings"}
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         return " or ".join(_describe(arg) for arg in typing.get_args(hint))
     return names.get(hint, str(hint))
@@ -153,7 +158,9 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
     choices = {"model.backend": (m.backend, BACKENDS), "model.dtype": (m.dtype, DTYPES),
                "model.scratchpad": (m.scratchpad, SCRATCHPAD_MODES), "agent.lang": (a.lang, LANGS),
                "agent.protocol": (a.protocol, PROTOCOLS),
-               "model.guided_decoding": (m.guided_decoding, (None, *GUIDED_DECODING_FIELDS))}
+               "model.guided_decoding": (m.guided_decoding, (None, *GUIDED_DECODING_FIELDS)),
+               "agent.approve_mcp": (a.approve_mcp, APPROVALS),
+               **{f"agent.approve.{name}": (value, APPROVALS) for name, value in a.approve.items()}}
     for key, (value, valid) in choices.items():
         if value not in valid:
             _fail(where, key, f"{value!r} is not one of {', '.join(map(str, valid))}")
@@ -180,6 +187,8 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
     if a.corpus is not None and not Path(a.corpus).expanduser().is_file():
         _fail(where, "agent.corpus", f"no such file: {a.corpus}")
     _check_mcp_servers(a.mcp_servers, where)
+    if a.otel and not telemetry.available():  # checked now, not at the first run
+        _fail(where, "agent.otel", telemetry.INSTALL_HINT)
     _check_backend(m, where)
 
 

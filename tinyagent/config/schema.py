@@ -50,8 +50,11 @@ class GenerationConfig:
     max_line_tokens: int | None = None        # line budget of constrained replies (format.step_format.MAX_LINE_TOKENS)
 
 
-#: AgentConfig fields that choose tools; every other field is passed to `Agent(...)` as is.
+#: AgentConfig fields that choose tools, and those that choose hooks (approval, tracing); every other
+#: field is passed to `Agent(...)` as is.
 TOOL_FIELDS = ("tools", "corpus", "mcp_servers")
+HOOK_FIELDS = ("approve", "approve_mcp", "otel")
+APPROVALS = ("ask", "always", "never")
 
 
 @dataclass
@@ -66,10 +69,14 @@ class AgentConfig:
     distill_observations: bool = False   # have the model shorten long observations
     constrained: bool | None = None      # decode only valid steps; null: on for the embedded model
     protocol: str = "react"              # react (ReAct text), tools (the model's own tool calls) or auto
+    approve: dict[str, str] = field(default_factory=dict)  # {tool_name: ask | always | never} before each call
+    approve_mcp: str = "always"          # MCP tools not named in `approve` (--approve: ask); built-ins: always
+    otel: bool = False                   # OpenTelemetry spans for runs, model and tool calls (needs tinyagent[otel])
 
     def agent_kwargs(self) -> dict:
         """The settings `Agent(...)` takes, under its own keyword names."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in TOOL_FIELDS}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in TOOL_FIELDS + HOOK_FIELDS}
 
 
 SECTIONS: dict[str, type] = {"model": ModelConfig, "generation": GenerationConfig, "agent": AgentConfig}

@@ -69,6 +69,8 @@ def _progress_line(record: dict, count: int, total: int) -> str:
     notes = [] if record["format_valid"] else ["format-error"]
     if record["tool_errors"]:
         notes.append(f"tool-errors={len(record['tool_errors'])}")
+    if record["refused_calls"] or record["edited_calls"]:
+        notes.append(f"refused={record['refused_calls']} edited={record['edited_calls']}")
     if record["error"]:
         notes.append(f"error: {record['error']}")
     return (f"[{count}/{total}] {mark} {record['id']}  steps={record['steps']}  {record['seconds']:.1f}s"
@@ -85,6 +87,7 @@ def format_summary(summary: dict) -> str:
             ("format-valid replies", num("reply_format_valid_rate", ".1f", 100) + "%"),
             ("questions with tool errors", num("tool_error_rate", ".1f", 100) + "%"),
             ("runs that crashed", str(summary["n_errors"])),
+            ("tool calls refused / edited", f"{summary['refused_calls']} / {summary['edited_calls']}"),
             ("mean steps", num("mean_steps", ".2f")), ("mean seconds", num("mean_seconds", ".2f")),
             ("tokens prompt / completion", f"{num('prompt_tokens', 'd')} / {num('completion_tokens', 'd')}"),
             ("wall seconds", num("wall_seconds", ".1f"))]
@@ -130,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             factory = agent_factory_from_config(cfg)
+            config.start_tracing(cfg)  # agent.otel: spans exported as OTEL_* say (flushed at exit by the SDK)
         except config.ConfigError as e:
             return fail(str(e))
         except (OSError, ImportError, ValueError, RuntimeError) as e:

@@ -63,6 +63,17 @@ def repeated_call_observation(tool_name: str, step_number: int) -> str:
             f"another tool, or give the Final Answer.")
 
 
+#: What a model reads when a call it asked for was refused before it ran (agent/approval.py).
+REFUSED = {"en": "The call to {tool} was refused, so it did not run: {reason}. Do not ask for it again as it "
+                 "was; answer with what you know, or try another way.",
+           "zh": "对 {tool} 的调用被拒绝，没有执行：{reason}。不要原样再次调用；请用已知的信息回答，或换一种方法。"}
+
+
+def refused_observation(tool_name: str, reason: str, lang: str = "en") -> str:
+    """The observation of a call that was refused, with the reason it was given."""
+    return REFUSED.get(lang, REFUSED["en"]).format(tool=tool_name, reason=reason.rstrip("."))
+
+
 def tool_failure(tool_name: str, error: BaseException) -> str:
     """The observation of a tool that raised something other than ToolError (a bug in the tool)."""
     return f"Error: {tool_name} failed: {type(error).__name__}: {error}"

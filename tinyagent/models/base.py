@@ -20,6 +20,7 @@ class Completion(str):
     seconds: float | None
     cached_tokens: int | None
     tool_calls: list[dict] | None  # calls the backend parsed itself: [{"id", "name", "arguments"}]
+    finish_reason: str | None       # "stop" (a stop string or the end of the turn) or "length" (max_new_tokens)
 
     def __new__(
         cls,
@@ -29,6 +30,7 @@ class Completion(str):
         seconds: float | None = None,
         cached_tokens: int | None = None,
         tool_calls: list[dict] | None = None,
+        finish_reason: str | None = None,
     ) -> Completion:
         obj = super().__new__(cls, text)
         obj.tool_calls = tool_calls
@@ -36,6 +38,7 @@ class Completion(str):
         obj.completion_tokens = completion_tokens
         obj.seconds = seconds
         obj.cached_tokens = cached_tokens
+        obj.finish_reason = finish_reason
         return obj
 
 
@@ -46,6 +49,7 @@ def usage_of(text: str) -> dict:
         "completion_tokens": getattr(text, "completion_tokens", None),
         "seconds": getattr(text, "seconds", None),
         "cached_tokens": getattr(text, "cached_tokens", None),
+        "finish_reason": getattr(text, "finish_reason", None),
     }
 
 
@@ -80,6 +84,13 @@ class BaseModel(TutorialModel, ABC):
     tool_format: str | None = None
     native_tools: bool = False
     tool_call_turns: bool = False
+    #: What serves the model, for traces (OpenTelemetry's gen_ai.provider.name).
+    provider: str = "tinyagent"
+
+    @property
+    def model_id(self) -> str:
+        """The model's name or path, for traces (gen_ai.request.model); backends that know it say it."""
+        return type(self).__name__
 
     @abstractmethod
     def generate(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> str:

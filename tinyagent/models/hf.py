@@ -46,6 +46,8 @@ class HFChatModel(BaseModel):
 
     #: The keyword options `generate` honours (others are ignored with a warning).
     generation_options = frozenset({"max_new_tokens", "temperature", "top_p", *REPLY_OPTIONS})
+    provider = "transformers"
+    model_id = property(lambda self: getattr(self.model, "name_or_path", None) or type(self).__name__)
 
     def __init__(self, model_id_or_path: str, device: str = "auto", dtype="auto", gguf_file: str | None = None,
                  trust_remote_code: bool = False, reuse_cache: bool = True, max_batch: int = MAX_BATCH,
@@ -200,11 +202,15 @@ class HFChatModel(BaseModel):
         if self._batcher is not None:  # outside the lock: the batcher runs this call with the others
             new_ids, reused = self._batch(ids, config, holdback, processors, stopping, markers)
         seconds = time.perf_counter() - started
-        text = trim_at_stop(self.decode_new(ids, new_ids, markers), stop)
+        decoded = self.decode_new(ids, new_ids, markers)
+        text = trim_at_stop(decoded, stop)
         if holdback:
             holdback.finish(text)
+        capped = (len(new_ids) >= config.max_new_tokens and text == decoded
+                  and not (new_ids and new_ids[-1] in self.end_token_ids))
         return Completion(text, prompt_tokens=len(ids), completion_tokens=len(new_ids), seconds=seconds,
-                          cached_tokens=reused, tool_calls=self.parsed_calls(prompt, text, tools) if tools else None)
+                          cached_tokens=reused, finish_reason="length" if capped else "stop",
+                          tool_calls=self.parsed_calls(prompt, text, tools) if tools else None)
 
     def stream(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> Iterator[str]:
         """`generate` as an iterator of text chunks, generated in a background thread.

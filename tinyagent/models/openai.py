@@ -98,6 +98,9 @@ class OpenAIChatModel(BaseModel):
         (scratchpad="continue"); False when it is folded into the last user message."""
         return self.scratchpad == "continue"
 
+    provider = "openai"  # the API it speaks, whatever serves it (vLLM, LMDeploy, transformers serve)
+    model_id = property(lambda self: self.model)
+
     def __repr__(self) -> str:
         return (f"OpenAIChatModel(base_url={self.base_url!r}, model={self.model!r}, "
                 f"scratchpad={self.scratchpad!r})")
@@ -131,6 +134,7 @@ class OpenAIChatModel(BaseModel):
             seconds=time.perf_counter() - started,
             cached_tokens=usage.get("cached_tokens"),
             tool_calls=calls,
+            finish_reason=usage.get("finish_reason"),
         )
 
     def build_payload(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> dict:
@@ -226,18 +230,19 @@ class OpenAIChatModel(BaseModel):
                                 f"(top-level keys: {keys})", status=response.status_code)
         calls = ToolCallPieces()
         calls.add(message.get("tool_calls"))
-        return content or "", _usage(body.get("usage")), calls.result()
+        return content or "", {**_usage(body.get("usage")), "finish_reason": _finish_reason(choice)}, calls.result()
 
     def _read_stream(self, response: requests.Response, stops: list[str],
                      on_text: TextCallback) -> tuple[str, dict, list[dict] | None]:
         """Collect the streamed reply; on_text gets only text that cannot become part of a stop string."""
         holdback = StopHoldback(on_text, stops)
-        text, usage, events, calls = "", {}, 0, ToolCallPieces()
+        text, usage, events, finish, calls = "", {}, 0, None, ToolCallPieces()
         for event in self._events(response, lambda: len(holdback.sent)):
             events += 1
             if isinstance(event.get("usage"), dict):
                 usage = _usage(event["usage"])
             choice = _first_choice(event)
+            finish = _finish_reason(choice) or finish
             delta = choice.get("delta") if choice is not None else None
             piece = delta.get("content") if isinstance(delta, dict) else None
             if isinstance(delta, dict):
@@ -249,7 +254,7 @@ class OpenAIChatModel(BaseModel):
             raise RequestFailed(f"{self.url} ended the stream without sending any data")
         text = trim_at_stop(text, stops)
         holdback.finish(text)
-        return text, usage, calls.result()
+        return text, {**usage, "finish_reason": finish}, calls.result()
 
     def _events(self, response: requests.Response, received) -> Iterator[dict]:
         """The JSON objects of a server-sent event stream, up to `[DONE]` or the end of the body."""
@@ -283,6 +288,10 @@ def _first_choice(body: dict) -> dict | None:
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         return choices[0]
     return None
+
+
+def _finish_reason(choice: dict | None) -> str | None:
+    return choice["finish_reason"] if choice and isinstance(choice.get("finish_reason"), str) else None
 
 
 def _usage(usage) -> dict:

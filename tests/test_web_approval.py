@@ -1,0 +1,94 @@
+"""The chat page's approval card (tinyagent.web_approval), through the running server with gradio_client:
+a call waiting for approval shows in the step stream and as the card; the card's answer (through the
+page's `/approve` API, what its buttons call) runs, edits or refuses it; Stop ends a run that waits."""
+import json
+
+import pytest
+from gradio_client import Client
+from live_model import LiveModel, lookup
+from test_web import start_page, text  # noqa: F401  (start_page is a fixture)
+
+from tinyagent.agent import Agent
+from tinyagent.agent.approval import Approver
+
+pytestmark = pytest.mark.filterwarnings("ignore:::gradio.queueing")
+
+CALL = 'Thought: look it up.\nAction: lookup\nAction Input: {"name": "Jay Chou"}'
+
+
+def approving(model, policy=None):
+    """The page's agent factory: lookup needs approval; the page gives the approver its card."""
+    return lambda **callbacks: Agent(model, tools=[lookup], max_turns=3,
+                                     approve=Approver(None, policy or {"lookup": "ask"}), **callbacks)
+
+
+def card_of(outputs) -> tuple[str, str] | None:
+    """(card text, its arguments) when the card was just shown with a call, else None."""
+    _chat, _box, card, arguments, _reason = outputs
+    return (card, arguments) if isinstance(card, str) and card else None
+
+
+def answer_when_asked(job, client, *answers) -> list:
+    """Every output the job streamed; each time the card shows a call, the next answer goes to /approve."""
+    seen, todo = [], list(answers)
+    for outputs in job:
+        seen.append(outputs)
+        if card_of(outputs) and todo:
+            assert client.predict(*todo.pop(0), api_name="/approve") is True
+    seen.append(job.result())
+    assert not todo, f"{len(todo)} answer(s) never asked for"
+    return seen
+
+
+def test_the_card_waits_then_an_edit_that_does_not_fit_is_shown_again_and_a_good_one_runs(start_page):  # noqa: F811
+    model = LiveModel([CALL, "Final Answer: 1979"])
+    client = Client(start_page(approving(model)), verbose=False)
+    job = client.submit("When was Jay Chou born?", api_name="/respond")
+    outputs = answer_when_asked(job, client, ("edit", '{"person": "Jay"}', ""), ("edit", '{"name": "周杰伦"}', ""))
+    cards = [card_of(o) for o in outputs if card_of(o)]
+    assert cards[0][0].startswith("**lookup** wants to run with these arguments.")
+    assert json.loads(cards[0][1]) == {"name": "Jay Chou"}
+    assert "Those arguments do not fit: bad Action Input for lookup: unknown parameter(s) 'person'" in cards[1][0]
+    waiting = [o[0][-1]["metadata"]["title"] for o in outputs if o[0] and (o[0][-1].get("metadata") or {}).get(
+        "title", "").endswith("waiting for your approval")]
+    assert waiting and waiting[0] == "Step 1 · lookup · waiting for your approval"   # in the step stream too
+    final = outputs[-1][0]
+    assert [m["metadata"]["title"] for m in final[1:-1]] == ["Step 1 · lookup · edited", "Step 2 · final answer"]
+    assert final[1]["metadata"]["log"] == '{"name": "周杰伦"}' and "Observation: 周杰伦 was born in 1979." in text(final[1])
+    assert [o[2] for o in outputs if isinstance(o[2], str)][-1] == ""   # the card was hidden once answered
+    assert text(final[-1]).startswith("1979\n\n")
+
+
+def test_refuse_gives_the_model_the_reason_and_always_is_not_asked_again(start_page):  # noqa: F811
+    model = LiveModel([CALL, CALL.replace("Jay Chou", "Faye Wong"), CALL.replace("Jay Chou", "Eason Chan"),
+                       "Final Answer: 1969"])
+    client = Client(start_page(approving(model)), verbose=False)
+    outputs = answer_when_asked(client.submit("Who?", api_name="/respond"), client,
+                                ("refuse", "", "ask about Faye Wong instead"), ("always", "", ""))
+    assert "refused, so it did not run: ask about Faye Wong instead." in model.calls[1]["messages"][-1]["content"]
+    final = outputs[-1][0]
+    assert [m["metadata"]["title"] for m in final[1:4]] == ["Step 1 · lookup · refused", "Step 2 · lookup",
+                                                            "Step 3 · lookup"]
+    assert "Observation: Eason Chan was born in 1979." in text(final[3])   # run without asking
+
+
+def test_stop_refuses_the_call_waiting_and_ends_the_run(start_page):  # noqa: F811
+    model = LiveModel([CALL, "Final Answer: the next question"])
+    client = Client(start_page(approving(model)), verbose=False)
+    job = client.submit("When?", api_name="/respond")
+    for outputs in job:
+        if card_of(outputs):
+            client.predict(api_name="/stop")
+    final = job.result()[0]
+    assert len(model.calls) == 1 and [m["metadata"]["title"] for m in final[1:-1]] == ["Step 1 · lookup · refused"]
+    assert "refused, so it did not run: the user stopped the run" in text(final[1])
+    assert text(final[-1]).startswith("Stopped after 1 step(s).")
+    assert client.predict("run", "", "", api_name="/approve") is False   # nothing waits any more
+    after, *_ = client.predict("Next?", api_name="/respond")
+    assert text(after[-1]).startswith("the next question")
+
+
+def test_a_bad_decision_is_a_clear_error(start_page):  # noqa: F811
+    client = Client(start_page(approving(LiveModel(["Final Answer: x"]))), verbose=False)
+    with pytest.raises(Exception, match="decision must be one of run, always, edit, refuse, not 'maybe'"):
+        client.predict("maybe", "", "", api_name="/approve")
