@@ -168,6 +168,8 @@ def protocol_for(name: str, model: BaseModel) -> ReAct | Tools:
 
 
 def auto_protocol(model: BaseModel) -> str:
-    """What "auto" picks: the model's own format when its template (or its family) has one, else ReAct."""
-    known = getattr(model, "native_tools", False) or getattr(model, "tool_format", None) is not None
-    return ProtocolName.TOOLS if known else ProtocolName.REACT
+    """What "auto" picks, by what was measured (docs/tools-protocol.md#measured): ReAct for a local model, even
+    one whose template takes tools (Qwen2.5-Coder-0.5B-Instruct: ReAct answered more questions, with fewer
+    steps, than its own format); the model's own format behind a server that parses calls itself
+    (`tool_call_turns`: vLLM, LMDeploy, llama.cpp, Ollama, `transformers serve`), which was not measured here."""
+    return ProtocolName.TOOLS if getattr(model, "tool_call_turns", False) else ProtocolName.REACT
