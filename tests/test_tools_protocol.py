@@ -163,3 +163,21 @@ def test_the_protocol_setting_in_config_and_on_the_command_line(tmp_path):
     from tinyagent.options import config_from_args
 
     assert config_from_args(args).agent.protocol == "tools"
+
+
+def test_a_repeated_call_gets_the_earlier_result_and_is_asked_for_the_answer(scripted):
+    """What Qwen2.5-Coder-0.5B does in this protocol: the same call again after its result (measured)."""
+    same = call("calculator", {"expression": "2**10"})
+    model = tools_model(scripted, [same, same, "1024"])
+    result = Agent(model, [Calculator()], protocol="tools").run("2**10?")
+    assert [s.kind for s in result.steps] == ["action", "repeated_call", "final_answer"]
+    assert result.steps[1].observation.startswith("You already called calculator with these arguments, and it "
+                                                  "returned: 1024\nDo not call it again: reply with the answer now.")
+
+
+def test_schema_keys_copied_into_call_arguments_are_dropped(scripted):
+    copied = call("calculator", {"expression": "3+6", "required": ["expression"]})
+    model = tools_model(scripted, [copied, "9"])
+    result = Agent(model, [Calculator()], protocol="tools").run("3+6?")
+    assert (result.steps[0].kind, result.steps[0].arguments, result.steps[0].observation) == (
+        "action", {"expression": "3+6"}, "9")

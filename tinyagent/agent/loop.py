@@ -13,7 +13,6 @@ from collections.abc import Callable
 from ..format.arguments import bad_input_message
 from ..format.kinds import StepKind
 from ..format.messages import Message, history_to_messages
-from ..format.observations import repeated_call_observation
 from ..format.reading import Reading
 from ..format.step_format import require_outlines
 from ..models.base import BaseModel, usage_of
@@ -289,7 +288,7 @@ class Agent(TutorialAgent):
         same = None if tool.repeatable or result is None else tool_calls.earlier_call(step, [*result.steps, *earlier])
         if same is not None:
             step.kind, step.error = StepKind.REPEATED_CALL, "repeated call"
-            step.observation = repeated_call_observation(step.action, same.index + 1)
+            step.observation = self.protocol.repeated_call(step, same, result.lang)
             return None
         return tool
 

@@ -10,7 +10,7 @@ import logging
 
 from ..format import prompts
 from ..format.messages import Message, prompt_messages, tool_turn_messages
-from ..format.observations import error_observation
+from ..format.observations import error_observation, repeated_call_observation
 from ..format.reading import Reading, cut_at_observation, read_forced_answer, read_step
 from ..format.step_format import next_step_format
 from ..format.tool_formats import (
@@ -29,6 +29,9 @@ from ..text import StrEnum
 log = logging.getLogger(__package__)  # "tinyagent.agent"
 
 PROTOCOLS = ("react", "tools", "auto")
+REPEATED_CALL = {"en": "You already called {name} with these arguments, and it returned: {result}\n"
+                       "Do not call it again: reply with the answer now.",
+                 "zh": "你已经用这些参数调用过 {name}，它返回了：{result}\n不要再调用它：现在直接回复答案。"}
 #: Stop strings of the tools protocol, per family: a result the model starts to invent.
 TOOL_STOPS = {"hermes": ["<tool_response>"]}
 
@@ -77,6 +80,9 @@ class ReAct:
 
     def error_observation(self, message: str, worked_tool=None) -> str:
         return error_observation(message, worked_tool)
+
+    def repeated_call(self, step, earlier, lang: str) -> str:
+        return repeated_call_observation(step.action, earlier.index + 1)
 
 
 class Tools:
@@ -156,6 +162,11 @@ class Tools:
 
     def error_observation(self, message: str, worked_tool=None) -> str:
         return f"Error: {message}"
+
+    def repeated_call(self, step, earlier, lang: str) -> str:
+        """The repeat of an earlier call gets that call's result again, and is asked for the answer: small
+        models call again and again after a result they should answer from (measured, docs/tools-protocol.md)."""
+        return REPEATED_CALL[lang].format(name=step.action, result=(earlier.observation or "").strip())
 
 
 def protocol_for(name: str, model: BaseModel) -> ReAct | Tools:

@@ -166,10 +166,7 @@ def _call(name, args, tools, fmt: ToolFormat, call_id: str | None) -> Reading:
         return _error(StepKind.UNKNOWN_TOOL, "", f"unknown tool {name.strip()!r}. Valid tools: {valid}", tools, fmt,
                       action=name.strip(), action_input=raw, call_id=call_id)
     reading = Reading(StepKind.ACTION, "", action=tool.name_for_model, action_input=raw, call_id=call_id)
-    if isinstance(args, dict):
-        reading.arguments = args
-        return reading
-    try:
+    try:  # an object too: the reader drops what a model copied from the schema ("required": [...])
         reading.arguments = read_arguments(raw if args is not None else "", tool)
     except ActionInputError as e:
         example = fmt.write_call(tool.name_for_model, json.loads(skeleton(tool)))
