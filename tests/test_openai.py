@@ -223,7 +223,7 @@ def test_unknown_generation_keywords_are_rejected_before_any_request():
     with OpenAIStub("Final Answer: ok") as stub:
         model = stub_model(stub)
         with pytest.raises(TypeError, match=r"generate\(\) got unknown keyword argument\(s\) 'max_tokens', 'seed'; "
-                                            r"valid: constraint, max_new_tokens, on_text, temperature, top_p$"):
+                                            r"valid: constraint, max_new_tokens, on_text, temperature, tools, top_p$"):
             model.generate(USER, max_tokens=5, seed=1)
         assert stub.requests == []
         model.generate(USER, max_new_tokens=5, on_text=None, constraint=None)  # what the agent passes
