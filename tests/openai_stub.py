@@ -9,7 +9,8 @@ responses, dropped connections, non-JSON or malformed bodies. Example:
         assert stub.requests[0]["body"]["messages"][-1]["role"] == "user"
 
 `replies` is a string, a list (served in order; the last one repeats) or a function
-`(request_body) -> str`. Like `transformers serve`, the stub does not cut replies at `stop`
+`(request_body) -> str`. A reply may also be {"content": str, "tool_calls": [{"name", "arguments"}]}:
+the calls are sent as OpenAI `tool_calls` (streamed: the arguments text in pieces, as vLLM sends them). Like `transformers serve`, the stub does not cut replies at `stop`
 strings unless `honour_stop=True`. `script` (or `push`) queues one fault per coming request;
 then `fault_for(request_body)` may name one; then `fail_rate` applies. `meet=n` holds the first n
 requests until n are in flight at once, so a test of parallel clients does not depend on timing. Faults:
@@ -239,6 +240,11 @@ def _handler_for(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
                 self.end_headers()
                 return self._repeat(b'{"x": "', b"y" * 65536)
             text = stub.reply_for(body)
+            calls = None
+            if isinstance(text, dict):
+                calls = [{"id": f"call_{i}", "type": "function", "function": {"name": c["name"],
+                          "arguments": c["arguments"]}} for i, c in enumerate(text.get("tool_calls", []))]
+                text = text.get("content") or ""
             if stub.honour_stop:
                 text = _cut(text, body.get("stop"))
             if body.get("max_tokens"):
@@ -247,15 +253,17 @@ def _handler_for(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
             usage = {"prompt_tokens": count_words(prompt), "completion_tokens": count_words(text)}
             usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
             if body.get("stream"):
-                return self._stream(text, usage, fault)
+                return self._stream(text, usage, fault, calls)
+            message = {"role": "assistant", "content": text or (None if calls else "")}
+            if calls:
+                message["tool_calls"] = calls
             self._json(200, {
                 "id": "chatcmpl-stub", "object": "chat.completion", "model": stub.model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                             "finish_reason": "stop"}],
+                "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
                 "usage": usage,
             })
 
-        def _stream(self, text: str, usage: dict, fault: str | None) -> None:
+        def _stream(self, text: str, usage: dict, fault: str | None, calls: list | None = None) -> None:
             """Server-sent events in chunked transfer encoding, as uvicorn and vLLM send them."""
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -264,6 +272,12 @@ def _handler_for(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
             pieces = [text[i:i + stub.chunk_chars] for i in range(0, len(text), stub.chunk_chars)]
             events = [{"choices": [{"index": 0, "delta": {"role": "assistant"}}]}]
             events += [{"choices": [{"index": 0, "delta": {"content": p}}]} for p in pieces]
+            for i, c in enumerate(calls or []):  # the name first, then the arguments in pieces
+                args, n = c["function"]["arguments"], stub.chunk_chars
+                events.append({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": i, "id": c["id"],
+                               "type": "function", "function": {"name": c["function"]["name"], "arguments": ""}}]}}]})
+                events += [{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": i, "function": {
+                    "arguments": args[k:k + n]}}]}}]} for k in range(0, len(args), n)]
             events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
             events.append({"choices": [], "usage": usage})
             lines = [f"data: {json.dumps(e, ensure_ascii=False)}\n\n" for e in events]

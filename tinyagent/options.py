@@ -7,6 +7,7 @@ import os
 import shlex
 
 from . import config as configuration
+from .agent.protocols import PROTOCOLS
 from .secrets import register_secret
 
 
@@ -28,6 +29,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                    "this MCP server (stdio); repeatable, added to the config's agent.mcp_servers")
     g.add_argument("--constrained", action=argparse.BooleanOptionalAction, help="decode only valid ReAct "
                    "steps (needs outlines; default: on for the embedded model)")
+    g.add_argument("--protocol", choices=PROTOCOLS, help="how the model calls tools: react "
+                   "(ReAct text, the default), tools (its own tool-call format) or auto")
     g.add_argument("--approve", action="store_true", help="ask before each call of an MCP server's tool "
                    "(y / a / e / n on the terminal, a card on the chat page); agent.approve names tools one by one")
     g.add_argument("--otel", action="store_true", help="OpenTelemetry spans for runs, model and tool calls, "
@@ -60,7 +63,8 @@ def config_from_args(args: argparse.Namespace) -> configuration.Config:
     overrides = {
         "model.gguf_file": args.gguf_file, "model.device": args.device, "model.dtype": args.dtype,
         "agent.lang": args.lang, "agent.max_turns": args.max_turns, "agent.corpus": args.corpus,
-        "agent.constrained": args.constrained, "agent.approve_mcp": "ask" if args.approve else None,
+        "agent.constrained": args.constrained, "agent.protocol": args.protocol,
+        "agent.approve_mcp": "ask" if args.approve else None,
         "agent.otel": True if args.otel else None,
         "agent.tools": None if tools is None else [t.strip() for t in tools.split(",") if t.strip()],
         "generation.max_new_tokens": args.max_new_tokens, "generation.temperature": args.temperature,

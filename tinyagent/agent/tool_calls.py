@@ -1,12 +1,14 @@
 """A tool call in four parts: resolve the tool the model named, validate its arguments, guard against
 a repeat of an earlier call, invoke it through the hooks (which may approve, edit or refuse it first:
-approval.py). Each part turns what a model or a tool can get wrong into a step the model reads as an
-observation; only bugs in the agent (and hooks that raise) raise."""
+approval.py); several calls of one reply together (`run_together`). Each part turns what a model or a tool
+can get wrong into a step the model reads as an observation; only bugs in the agent (and hooks that raise) raise."""
 from __future__ import annotations
 
 import json
 import logging
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from ..format.arguments import ActionInputError, check_arguments_depth, read_arguments
 from ..format.kinds import StepKind
@@ -81,6 +83,18 @@ def run(tool: Tool, arguments: dict, timeout: float | None) -> tuple[str, StepKi
         log.warning("tool %s raised", tool.name_for_model, exc_info=True)
         raw, error, kind = tool_failure(tool.name_for_model, e), redact(f"{type(e).__name__}: {e}"), StepKind.TOOL_ERROR
     return kept(redact(raw)), kind, kept(error) if error else error, time.perf_counter() - t0
+
+
+def run_together(calls: list[tuple[Step, Tool]], run_one: Callable[[Step, Tool], object], together: bool = True
+                 ) -> None:
+    """Run the prepared calls of one reply: at the same time when there are several, `together` and every
+    tool allows it (`Tool.concurrent`), else one after another, in order."""
+    if together and len(calls) > 1 and all(tool.concurrent for _, tool in calls):
+        with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="tinyagent-tool") as pool:
+            list(pool.map(lambda call: run_one(*call), calls))
+    else:
+        for step, tool in calls:
+            run_one(step, tool)
 
 
 BAD_ARGUMENTS = (ActionInputError, ToolError)  # what `validate` raises

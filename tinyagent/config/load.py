@@ -14,6 +14,7 @@ import typing
 from pathlib import Path
 
 from ..agent import telemetry
+from ..agent.protocols import PROTOCOLS
 from ..format.step_format import INSTALL_HINT, outlines_available
 from ..models.openai import GUIDED_DECODING_FIELDS, SCRATCHPAD_MODES
 from ..secrets import register_args, register_secret, register_url
@@ -157,6 +158,7 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
     m, g, a, w = cfg.model, cfg.generation, cfg.agent, cfg.web
     choices = {"model.backend": (m.backend, BACKENDS), "model.dtype": (m.dtype, DTYPES),
                "model.scratchpad": (m.scratchpad, SCRATCHPAD_MODES), "agent.lang": (a.lang, LANGS),
+               "agent.protocol": (a.protocol, PROTOCOLS),
                "model.guided_decoding": (m.guided_decoding, (None, *GUIDED_DECODING_FIELDS)),
                "agent.approve_mcp": (a.approve_mcp, APPROVALS),
                **{f"agent.approve.{name}": (value, APPROVALS) for name, value in a.approve.items()}}

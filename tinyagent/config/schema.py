@@ -70,7 +70,8 @@ class AgentConfig:
     max_observation_chars: int | None = 4000
     llm_fallback: bool = False           # offer the model itself as a tool when no tool fits
     distill_observations: bool = False   # have the model shorten long observations
-    constrained: bool | None = None      # decode only valid ReAct steps; null: on for the embedded model
+    constrained: bool | None = None      # decode only valid steps; null: on for the embedded model
+    protocol: str = "react"              # react (ReAct text), tools (the model's own tool calls) or auto
     approve: dict[str, str] = field(default_factory=dict)  # {tool_name: ask | always | never} before each call
     approve_mcp: str = "always"          # MCP tools not named in `approve` (--approve: ask); built-ins: always
     otel: bool = False                   # OpenTelemetry spans for runs, model and tool calls (needs tinyagent[otel])

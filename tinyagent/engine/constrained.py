@@ -31,7 +31,8 @@ log = logging.getLogger(__name__)
 def step_processor(tokenizer, fmt: StepFormat, *, end_ids: list[int], max_new_tokens: int,
                    stop: list[str] | None = None) -> StepProcessor:
     """A fresh logits processor for one `generate` call that keeps the reply in `fmt`."""
-    vocab, compiled = compile_pattern(tokenizer, pattern_of(fmt))
+    markers = tuple(m for m in fmt.calls.markers if m in tokenizer.get_vocab()) if fmt.calls is not None else ()
+    vocab, compiled = compile_pattern(tokenizer, pattern_of(fmt), markers)
     shortest = int(compiled.to_final[compiled.initial])
     if max_new_tokens < shortest:
         log.warning("max_new_tokens=%d is too few for any complete constrained reply (the shortest takes %d "

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .. import config
 from ..agent import Agent
+from ..agent.protocols import PROTOCOLS
 from . import results
 from .harness import EvalInterrupted, evaluate, summarize
 from .scoring import SuiteError, load_suite
@@ -42,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tools", help="comma-separated tools, e.g. calculator,local_search ('' for none)")
     p.add_argument("--max-turns", type=int)
     p.add_argument("--max-new-tokens", type=int)
+    p.add_argument("--protocol", choices=PROTOCOLS, help="react, tools or auto (default: the config's)")
+    p.add_argument("--constrained", action=argparse.BooleanOptionalAction, help="decode only valid steps")
     p.add_argument("--concurrency", type=int, help="parallel questions (default 4 for the openai backend, 8 for "
                                                    "local models, which decode them in one batch)")
     p.add_argument("--limit", type=int, help="only the first N questions")
@@ -54,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _load_config(args) -> config.Config:
-    overrides: dict = {"agent.max_turns": args.max_turns, "generation.max_new_tokens": args.max_new_tokens}
+    overrides: dict = {"agent.max_turns": args.max_turns, "generation.max_new_tokens": args.max_new_tokens,
+                       "agent.protocol": args.protocol, "agent.constrained": args.constrained}
     if args.tools is not None:
         overrides["agent.tools"] = [t.strip() for t in args.tools.split(",") if t.strip()]
     if args.model or args.base_url:

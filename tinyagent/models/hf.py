@@ -19,6 +19,7 @@ from ..engine.prefix_cache import PrefixCache
 from ..engine.repetition import ReplyRepetition
 from ..engine.streaming import CancelCriterion, TextStop, make_streamer, stream_in_thread
 from ..format.messages import Message
+from ..format.tool_formats import MARKERS, detect_format, template_takes_tools
 from ..text import StopHoldback, TextCallback, trim_at_stop
 from .base import BaseModel, Completion
 
@@ -70,6 +71,14 @@ class HFChatModel(BaseModel):
         self.model, self.tokenizer = model, tokenizer
         self.generation_defaults = {**DEFAULT_GENERATION, **generation_defaults}
         self.control_tokens = declared_control_tokens(tokenizer)
+        special = {*tokenizer.all_special_tokens,
+                   *(t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values() if t.special)}
+        vocab = tokenizer.get_vocab()
+        self._special_ids = frozenset(vocab[t] for t in special if t in vocab)
+        self._marker_ids = frozenset(vocab[t] for t in MARKERS if t in vocab)  # kept when decoding a tool call
+        template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
+        if type(self).render_prompt is HFChatModel.render_prompt:
+            self.tool_format, self.native_tools = detect_format(template), template_takes_tools(template)
         self.context_window = getattr(model.config.get_text_config(), "max_position_embeddings", None)
         self.end_token_ids = self._end_token_ids()
         self._prefix = PrefixCache(model, reuse_cache)
@@ -90,9 +99,12 @@ class HFChatModel(BaseModel):
 
     # --- prompts --------------------------------------------------------------------------
 
-    def render_prompt(self, messages: list[Message]) -> str:
-        """The prompt text: the chat template, continuing a trailing assistant message unclosed."""
-        apply = self.tokenizer.apply_chat_template
+    def render_prompt(self, messages: list[Message], tools: list[dict] | None = None) -> str:
+        """The prompt text: the chat template (given `tools`, when there are), continuing a trailing
+        assistant message unclosed."""
+        def apply(chat, **kwargs):
+            return self.tokenizer.apply_chat_template(chat, **({"tools": tools} if tools else {}), **kwargs)
+
         last = messages[-1] if messages else {}
         if last.get("role") != "assistant":
             return apply(messages, tokenize=False, add_generation_prompt=True)
@@ -113,16 +125,36 @@ class HFChatModel(BaseModel):
         """Token ids of a rendered prompt (the template already holds any BOS token)."""
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def count_tokens(self, messages: list[Message]) -> int:
-        return len(self.encode_prompt(self.render_prompt(messages)))
+    def count_tokens(self, messages: list[Message], tools: list[dict] | None = None) -> int:
+        return len(self.encode_prompt(self.render_prompt(messages, tools)))
 
-    def decode_new(self, prompt_ids: list[int], new_ids: list[int]) -> str:
-        """Text of `new_ids` as it continues the prompt (a leading space stays, special tokens go)."""
+    def decode_new(self, prompt_ids: list[int], new_ids: list[int], markers: bool = False) -> str:
+        """Text of `new_ids` as it continues the prompt (a leading space stays, special tokens go; with
+        `markers`, those that write a tool call, such as `[TOOL_CALLS]`, stay)."""
         context = prompt_ids[-_DECODE_CONTEXT:]
-        decode = self.tokenizer.decode
+        if markers and self._marker_ids:
+            def decode(ids, skip_special_tokens):
+                kept = [i for i in ids if i in self._marker_ids or i not in self._special_ids]
+                return self.tokenizer.decode(kept, skip_special_tokens=False)
+        else:
+            decode = self.tokenizer.decode
         before = decode(context, skip_special_tokens=True)
         full = decode(context + list(new_ids), skip_special_tokens=True)
         return full[len(before):] if full.startswith(before) else decode(new_ids, skip_special_tokens=True)
+
+    def parsed_calls(self, prompt: str, reply: str, tools: list[dict]) -> list[dict] | None:
+        """The calls in `reply` as transformers' response parsing reads them, when the tokenizer has a
+        `response_template`: [{"name", "arguments"}]; None without one or when it cannot parse the reply."""
+        template = getattr(self.tokenizer, "response_template", None)
+        if not template:
+            return None
+        try:
+            parsed = self.tokenizer.parse_response(reply, prefix=prompt, tools=tools)
+        except (ValueError, KeyError, TypeError) as e:  # broken JSON in a call: the text reader reads it
+            log.debug("response template could not parse the reply: %s", e)
+            return None
+        calls = [c.get("function", c) for c in parsed.get("tool_calls") or [] if isinstance(c, dict)]
+        return [{"id": None, "name": c.get("name"), "arguments": c.get("arguments")} for c in calls]
 
     # --- generation -----------------------------------------------------------------------
 
@@ -131,14 +163,16 @@ class HFChatModel(BaseModel):
                  repetition_penalty: float | None = None, no_repeat_ngram_size: int | None = None,
                  max_line_tokens: int | None = None, on_text: TextCallback | None = None,
                  logits_processor: list | None = None, constraint=None, cancel: threading.Event | None = None,
-                 **ignored) -> Completion:
+                 tools: list[dict] | None = None, **ignored) -> Completion:
         """Continue `messages`; returns the new text (before the first stop string) with usage counts.
 
         `constraint` (a `format.step_format.StepFormat`) keeps the reply in that format (needs outlines, see
         `engine.constrained`); the compiled automaton is cached, its per-call state is not.
         `max_line_tokens` replaces the format's line budget. `repetition_penalty` and
         `no_repeat_ngram_size` act within the reply only (`engine.repetition`). Setting `cancel` ends
-        generation after the current token (what `stream` does when abandoned).
+        generation after the current token (what `stream` does when abandoned). `tools` (function schemas)
+        go to the chat template; the reply then keeps its tool-call markers, and its calls come back as
+        `Completion.tool_calls` where the tokenizer has a response template (`parsed_calls`).
         """
         self.check_generation_options(ignored)
         stop = [s for s in stop or () if s]
@@ -152,28 +186,31 @@ class HFChatModel(BaseModel):
             if line_budget:
                 constraint = dataclasses.replace(constraint, max_line_tokens=line_budget)
             processors.append(constrained.step_processor(self.tokenizer, constraint, end_ids=self.end_token_ids,
-                                             max_new_tokens=config.max_new_tokens, stop=stop))
+                                                         max_new_tokens=config.max_new_tokens, stop=stop))
         if penalty != 1.0 or ngram:
             processors.append(ReplyRepetition(penalty, ngram))  # after the format: it only picks among allowed
+        markers = tools is not None
         with self._lock:
-            ids = self.encode_prompt(self.render_prompt(messages))
+            prompt = self.render_prompt(messages, tools)
+            ids = self.encode_prompt(prompt)
             holdback = StopHoldback(on_text, stop) if on_text else None
             started = time.perf_counter()
-            stopping = [TextStop(lambda new: self.decode_new(ids, new), len(ids), stop)] if stop else []
+            stopping = [TextStop(lambda new: self.decode_new(ids, new, markers), len(ids), stop)] if stop else []
             stopping += [CancelCriterion(cancel)] if cancel is not None else []
             if self._batcher is None:
-                new_ids, reused = self._run(ids, config, holdback, processors, stopping)
+                new_ids, reused = self._run(ids, config, holdback, processors, stopping, markers)
         if self._batcher is not None:  # outside the lock: the batcher runs this call with the others
-            new_ids, reused = self._batch(ids, config, holdback, processors, stopping)
+            new_ids, reused = self._batch(ids, config, holdback, processors, stopping, markers)
         seconds = time.perf_counter() - started
-        decoded = self.decode_new(ids, new_ids)
+        decoded = self.decode_new(ids, new_ids, markers)
         text = trim_at_stop(decoded, stop)
         if holdback:
             holdback.finish(text)
         capped = (len(new_ids) >= config.max_new_tokens and text == decoded
                   and not (new_ids and new_ids[-1] in self.end_token_ids))
         return Completion(text, prompt_tokens=len(ids), completion_tokens=len(new_ids), seconds=seconds,
-                          cached_tokens=reused, finish_reason="length" if capped else "stop")
+                          cached_tokens=reused, finish_reason="length" if capped else "stop",
+                          tool_calls=self.parsed_calls(prompt, text, tools) if tools else None)
 
     def stream(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> Iterator[str]:
         """`generate` as an iterator of text chunks, generated in a background thread.
@@ -196,14 +233,15 @@ class HFChatModel(BaseModel):
                 self._batcher.prefixes.clear()
 
     def _batch(self, ids: list[int], config, holdback: StopHoldback | None, logits_processor: list | None,
-               stopping: list) -> tuple[list[int], int]:
+               stopping: list, markers: bool = False) -> tuple[list[int], int]:
         """`_run` through the batcher: the same logits processors `generate` builds, the caller's after them."""
         from transformers import LogitsProcessorList
 
         processors = self.model._get_logits_processor(
             generation_config=config, input_ids_seq_length=len(ids),
             logits_processor=LogitsProcessorList(logits_processor or []), device=self.model.device)
-        on_token = (lambda new: holdback.update(self.decode_new(ids, new).rstrip("\ufffd"))) if holdback else None
+        on_token = (lambda new: holdback.update(self.decode_new(ids, new, markers).rstrip("\ufffd"))) if holdback \
+            else None
         return self._batcher.run(ids, config, processors, stopping, on_token)
 
     def _options(self, **overrides) -> dict:
@@ -226,7 +264,7 @@ class HFChatModel(BaseModel):
                                 return_dict_in_generate=True, **options)
 
     def _run(self, ids: list[int], config, holdback: StopHoldback | None,
-             logits_processor: list | None, stopping: list = ()) -> tuple[list[int], int]:
+             logits_processor: list | None, stopping: list = (), markers: bool = False) -> tuple[list[int], int]:
         """Generate after `ids`, reusing what the kept cache holds of them; returns (new ids, tokens reused).
 
         Any failure, preparing the cache included, drops the kept cache, so one bad call never
@@ -237,7 +275,7 @@ class HFChatModel(BaseModel):
 
         device = self.model.device
         input_ids = torch.tensor([ids], device=device)
-        streamer = make_streamer(lambda new: self.decode_new(ids, new), holdback) if holdback else None
+        streamer = make_streamer(lambda new: self.decode_new(ids, new, markers), holdback) if holdback else None
         try:
             cache, reused = self._prefix.prepare(ids)
             with torch.inference_mode():

@@ -19,6 +19,10 @@ Every call is bounded: `deadline` seconds in all (retries and reading included),
 of any body, `max_new_tokens` content pieces of a stream (models/sse.py). `context_window`, given or
 read from the server's model list, lets the agent fit prompts as it does for local models; their
 tokens are estimated (`text.estimate_tokens`), there being no tokenizer at hand.
+
+The tools protocol sends `tools=` and reads the reply's `tool_calls` (also streamed, in pieces), which
+vLLM, LMDeploy, the llama.cpp server, Ollama and `transformers serve` return; the run's replies go back
+as assistant turns with their `tool_calls` and `tool` messages naming each call's id.
 """
 from __future__ import annotations
 
@@ -37,6 +41,7 @@ from ..http import MAX_BODY_BYTES, Deadline, RequestFailed, Session, body_chunks
 from ..secrets import register_secret, register_url
 from ..text import TextCallback, estimate_tokens, trim_at_stop
 from .base import BaseModel, Completion
+from .openai_calls import MESSAGE_KEYS
 from .sse import error_detail, read_body, read_stream
 
 log = logging.getLogger(__name__)
@@ -65,6 +70,10 @@ class OpenAIChatModel(BaseModel):
     None: asked of the server's model list) makes the agent fit prompts to it. `control_tokens`: the
     served model's chat-template tokens, broken up in tool output. Safe to share between threads.
     """
+
+    #: the tools protocol: the server shows the tools and parses the calls (its own format, whatever it is)
+    native_tools = True
+    tool_call_turns = True
 
     def __init__(
         self,
@@ -172,10 +181,10 @@ class OpenAIChatModel(BaseModel):
         response = self._post(payload, deadline)
         try:
             if on_text is not None and "text/event-stream" in response.headers.get("Content-Type", ""):
-                text, usage = read_stream(response, self.url, stops, on_text, payload.get("max_tokens"),
-                                          self.max_response_bytes, deadline, self.timeout)
+                text, usage, calls = read_stream(response, self.url, stops, on_text, payload.get("max_tokens"),
+                                                 self.max_response_bytes, deadline, self.timeout)
             else:  # also a server that ignored "stream" and sent one JSON body
-                text, usage = read_body(response, self.url, self.max_response_bytes, deadline)
+                text, usage, calls = read_body(response, self.url, self.max_response_bytes, deadline)
                 text = trim_at_stop(text, stops)
                 if on_text is not None and text:
                     on_text(text)
@@ -188,6 +197,7 @@ class OpenAIChatModel(BaseModel):
             completion_tokens=estimate_tokens(text) if completion_tokens is None else completion_tokens,
             seconds=time.perf_counter() - started,
             cached_tokens=usage.get("cached_tokens"),
+            tool_calls=calls,
             finish_reason=usage.get("finish_reason"),
         )
 
@@ -195,8 +205,10 @@ class OpenAIChatModel(BaseModel):
         """The request body for `messages`: the scratchpad placed per `self.scratchpad`, settings applied."""
         self.check_generation_options(kwargs, where="generate")
         settings = {**self.generation_defaults, **{k: v for k, v in kwargs.items() if k in self.generation_options}}
-        chat = [{"role": m["role"], "content": m["content"]} for m in messages]
+        chat = [{k: m[k] for k in MESSAGE_KEYS if k in m} for m in messages]
         payload: dict = {"model": self.model}
+        if kwargs.get("tools"):
+            payload["tools"] = list(kwargs["tools"])
         if chat and chat[-1]["role"] == "assistant":
             if self.scratchpad == "continue":
                 payload["continue_final_message"] = True

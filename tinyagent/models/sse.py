@@ -14,16 +14,18 @@ import requests
 
 from ..http import Deadline, RequestFailed, body_chunks, json_body
 from ..text import StopHoldback, TextCallback, clip, estimate_tokens, trim_at_stop
+from .openai_calls import ToolCallPieces
 
 log = logging.getLogger(__name__)
 
 
 def read_stream(response: requests.Response, url: str, stops: list[str], on_text: TextCallback,
-                max_tokens: int | None, max_bytes: int, deadline: Deadline, timeout: float) -> tuple[str, dict]:
-    """The streamed reply and its usage counts (estimated when the server sent none before the stream
-    was closed); on_text gets only text that cannot become part of a stop string."""
+                max_tokens: int | None, max_bytes: int, deadline: Deadline, timeout: float
+                ) -> tuple[str, dict, list[dict] | None]:
+    """The streamed reply, its usage counts (estimated when the server sent none before the stream was
+    closed) and its tool calls; on_text gets only text that cannot become part of a stop string."""
     holdback = StopHoldback(on_text, stops)
-    text, usage, events, pieces, finish = "", {}, 0, 0, None
+    text, usage, events, pieces, finish, calls = "", {}, 0, 0, None, ToolCallPieces()
     for event in _events(response, url, max_bytes, deadline, timeout, lambda: len(holdback.sent)):
         events += 1
         if isinstance(event.get("usage"), dict):
@@ -32,6 +34,8 @@ def read_stream(response: requests.Response, url: str, stops: list[str], on_text
         finish = finish_reason(choice) or finish
         delta = choice.get("delta") if choice is not None else None
         piece = delta.get("content") if isinstance(delta, dict) else None
+        if isinstance(delta, dict):
+            calls.add(delta.get("tool_calls"))
         if not isinstance(piece, str) or not piece:
             continue
         if max_tokens is not None and pieces >= max_tokens:
@@ -49,11 +53,12 @@ def read_stream(response: requests.Response, url: str, stops: list[str], on_text
     holdback.finish(text)
     if usage.get("completion_tokens") is None:
         usage = {**usage, "completion_tokens": max(pieces, estimate_tokens(text))}
-    return text, {**usage, "finish_reason": finish}
+    return text, {**usage, "finish_reason": finish}, calls.result()
 
 
-def read_body(response: requests.Response, url: str, max_bytes: int, deadline: Deadline) -> tuple[str, dict]:
-    """The reply of a JSON (non-streamed) answer and its usage counts."""
+def read_body(response: requests.Response, url: str, max_bytes: int, deadline: Deadline
+              ) -> tuple[str, dict, list[dict] | None]:
+    """The reply of a JSON (non-streamed) answer, its usage counts and its tool calls."""
     body = json_body(response, url, max_bytes, deadline)
     choice = first_choice(body)
     message = choice.get("message") if choice is not None else None
@@ -62,7 +67,9 @@ def read_body(response: requests.Response, url: str, max_bytes: int, deadline: D
         keys = ", ".join(sorted(map(str, body))) or "none"
         raise RequestFailed(f"{url} answered without choices[0].message.content "
                             f"(top-level keys: {clip(keys, 200)})", status=response.status_code)
-    return content or "", {**usage_counts(body.get("usage")), "finish_reason": finish_reason(choice)}
+    calls = ToolCallPieces()
+    calls.add(message.get("tool_calls"))
+    return content or "", {**usage_counts(body.get("usage")), "finish_reason": finish_reason(choice)}, calls.result()
 
 
 def _events(response: requests.Response, url: str, max_bytes: int, deadline: Deadline, timeout: float,
