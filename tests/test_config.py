@@ -36,7 +36,8 @@ def test_defaults_are_the_embedded_model_with_all_tools():
     assert cfg.agent.tools == ["google_search", "calculator", "local_search"]
     assert cfg.generation_kwargs() == {"max_new_tokens": 512, "temperature": 0.0, "top_p": 1.0}
     assert cfg.agent.agent_kwargs() == {"lang": "auto", "max_turns": 5, "max_observation_chars": 4000,
-                                        "llm_fallback": False, "distill_observations": False, "constrained": True}
+                                        "llm_fallback": False, "distill_observations": False, "constrained": True,
+                                        "protocol": "react"}
 
 
 def test_default_yaml_matches_the_built_in_defaults():
@@ -113,6 +114,9 @@ def test_unknown_keys_name_the_key_and_the_file(tmp_path):
     ({"model.backend": "hf", "model.path": "./no/such/folder"}, ["model.path", "no such model folder"]),
     ({"agent.corpus": "/no/such/corpus.jsonl"}, ["agent.corpus", "no such file"]),
     ({"model": "hf"}, ["model", "mapping"]),
+    ({"model.timeout": float("nan")}, ["model.timeout", "a finite number", "NaN"]),
+    ({"model.timeout": float("inf")}, ["model.timeout", "a finite number", "Infinity"]),
+    ({"generation.temperature": float("inf")}, ["generation.temperature", "a finite number"]),
 ])
 def test_bad_values_are_one_line_errors_naming_the_key(overrides, words):
     message = error_of(None, overrides)
@@ -125,6 +129,11 @@ def test_a_bad_value_blames_the_file_it_came_from(tmp_path):
     assert error_of(path).startswith(f"{path}: agent.lang:")
     assert error_of(path, {"agent.max_turns": 0}).startswith(f"{path}: agent.lang:")
     assert error_of(write(tmp_path, "", "ok.yaml"), {"agent.max_turns": 0}).startswith("agent.max_turns:")
+
+
+def test_yaml_nan_and_inf_are_refused(tmp_path):
+    assert "model.timeout: must be a finite number" in error_of(write(tmp_path, "model:\n  timeout: .nan\n"))
+    assert "model.timeout: must be a finite number" in error_of(write(tmp_path, "model:\n  timeout: .inf\n"))
 
 
 def test_unreadable_files_are_config_errors(tmp_path):

@@ -183,7 +183,7 @@ def test_sampling_is_used_when_temperature_is_positive(no_reuse):
 def test_unknown_option_is_rejected_with_the_valid_ones(model):
     with pytest.raises(TypeError, match=r"HFChatModel.generate\(\) got unknown keyword argument\(s\) 'seed'; "
                                         r"valid: constraint, max_line_tokens, max_new_tokens, no_repeat_ngram_size, on_text, "
-                                        r"repetition_penalty, temperature, top_p$"):
+                                        r"repetition_penalty, temperature, tools, top_p$"):
         model.generate(QUESTION, max_new_tokens=2, seed=3)
 
 

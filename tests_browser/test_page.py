@@ -64,14 +64,15 @@ def test_ask_watch_the_steps_fold_and_follow_up(browser):
         ["Thought: I now", PAUSE, " know the final answer\nFinal Answer: 1979"],
         "Thought: The first turn named him.\nFinal Answer: Jay (2000)",
         "Final Answer: from the second tab",
+        "Final Answer: still the first tab",
+        "Final Answer: the first tab again",
         "Final Answer: after the Clear button",
         "Final Answer: after the bin icon",
     ])
-    chat_page, cleared = web.ChatPage(agents_of(model), "Model: scripted."), threading.Semaphore(0)
-    clear = chat_page.clear
+    clock = [0.0]
+    chat_page = web.ChatPage(agents_of(model), "Model: scripted.", session_ttl=600, clock=lambda: clock[0])
+    clear, cleared = chat_page.clear, threading.Semaphore(0)
     chat_page.clear = lambda key: (clear(key), cleared.release())[0]   # so the test knows the server did it
-    forget, forgotten = chat_page.forget, threading.Semaphore(0)
-    chat_page.forget = lambda key: (forget(key), forgotten.release())[0]
     server, url = serve(chat_page)
     try:
         page = open_page(browser, url)
@@ -115,9 +116,14 @@ def test_ask_watch_the_steps_fold_and_follow_up(browser):
         expect(tab.locator("#chat [data-testid=user]")).to_have_count(1)
         assert [m["role"] for m in model.calls[-1]["messages"]] == ["system", "user"]
         assert len(chat_page.sessions) == 2
-        tab.close()                                                         # closing it drops its session
-        assert forgotten.acquire(timeout=30) and len(chat_page.sessions) == 1
-        expect(users).to_have_count(2)
+        tab.close()                                      # its session stays until idle for session_ttl
+        for now, answer in ((300, "still the first tab"), (700, "the first tab again")):
+            clock[0] = now
+            question.fill("Still me?")
+            question.press("Enter")                      # at 700 s the second tab's session is idle past 600 s
+            expect(page.get_by_text(answer, exact=True)).to_be_visible()
+        assert len(chat_page.sessions) == 1
+        expect(users).to_have_count(4)
 
         for button, answer in ((page.locator("#clear"), "after the Clear button"),
                               (page.get_by_role("button", name="Clear", exact=True), "after the bin icon")):

@@ -20,9 +20,9 @@ from . import web
 from .agent.approval import give_asker
 from .http import RequestFailed
 from .models.embedded import NOTICE as EMBEDDED_NOTICE
-from .options import add_model_options, add_web_options, config_from_args
+from .options import add_model_options, add_web_options, config_from_args, loopback, web_login
 from .report import PROG, Reporter, answer, note
-from .secrets import redact
+from .secrets import redact, register_url
 from .terminal import TerminalApprover
 from .text import one_line
 from .trace import TraceWriter, dumps
@@ -63,7 +63,7 @@ def model_label(cfg: configuration.Config) -> str:
     if m.backend == "embedded":
         return "the embedded SmolLM2-135M-Instruct model"
     if m.backend == "openai":
-        return f"model {m.name} at {m.base_url}"
+        return f"model {m.name} at {register_url(m.base_url)}"  # without its credentials
     return f"model {m.path}" + (f" ({m.gguf_file})" if m.gguf_file else "")
 
 
@@ -186,6 +186,7 @@ def _run(args: argparse.Namespace) -> int:
 def web_page(args: argparse.Namespace, model=None) -> int:
     """Load the model once, then serve the chat page until Ctrl-C; `model` replaces the configured one."""
     cfg = config_from_args(args)
+    auth = web_login(cfg, args.auth)  # before a slow load: a missing password is a usage error
     try:
         web.require_gradio()
     except ImportError as e:
@@ -200,11 +201,17 @@ def web_page(args: argparse.Namespace, model=None) -> int:
             return configuration.build_agent(cfg, model, tools=tools, **callbacks)
 
         about = f"Model: {model_label(cfg)}. Tools: {', '.join(new_agent().tools) or 'none'}."
+        w = cfg.web
         if cfg.model.backend == "embedded":
             about += f"\n\n{EMBEDDED_NOTICE}"
-        page = web.ChatPage(new_agent, about).build()
+        page = web.ChatPage(new_agent, about, max_question_chars=w.max_question_chars, max_sessions=w.max_sessions,
+                            session_ttl=w.session_ttl, max_runs=w.max_runs).build()
+        if auth is None and (args.share or not loopback(args.host)):
+            log.warning("the chat page is open to %s without a login: anyone there can use its model and tools. "
+                        "Add --auth USER (password from %s)", "anyone with the public link" if args.share else
+                        f"other machines ({args.host})", w.auth_password_env)
         try:
-            url, public = web.serve(page, args.host, args.port, args.share)
+            url, public = web.serve(page, args.host, args.port, args.share, auth)
         except OSError as e:
             raise LoadError(f"could not serve the page on {args.host}:{args.port}: the port is in use or not "
                             f"allowed ({type(e).__name__}); choose another with --port") from e

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .agent import StopReason
+from .agent import StepKind, StopReason
 from .format.observations import observation_line
 from .format.prompts import FORCE_FINAL
 from .secrets import redact, secrets
@@ -115,7 +115,7 @@ class Reporter:
     def on_text(self, text: str) -> None:
         if not self.stream or not text:
             return
-        if len(self.steps) >= self.max_turns and not self._forced_shown:
+        if self._turns() >= self.max_turns and not self._forced_shown:
             self._forced_shown = True
             self._out(FORCE_FINAL[self.lang] + ("" if text[0].isspace() else " "))
         self._stream_out(text)
@@ -129,7 +129,7 @@ class Reporter:
             return
         self._stream_out("", final=True)
         if not self._streamed:  # --no-stream, or a backend that does not stream
-            forced = step.index >= self.max_turns
+            forced = step.kind in (StepKind.FORCED_ANSWER, StepKind.NO_FORCED_ANSWER)
             self._out((FORCE_FINAL[self.lang] + " " if forced else "") + step.text.lstrip(" ") + "\n")
         elif self._line_open:
             self._out("\n")
@@ -139,6 +139,10 @@ class Reporter:
         line = observation_line(step)
         if line is not None:
             self._out(line + "\n")
+
+    def _turns(self) -> int:
+        """Model replies so far (the tools protocol makes one step per call of a reply)."""
+        return len({s.index if s.turn is None else f"turn {s.turn}" for s in self.steps})
 
     def end(self, result) -> None:
         if self.trace is not None:

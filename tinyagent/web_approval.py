@@ -2,9 +2,9 @@
 Edit and Refuse.
 
 `Pending` is one session's side of it: the agent's approver asks it in the run's worker thread and
-waits; the card's buttons (or the `/approve` API) answer it from a handler thread; the session's
-Stop, and a closed tab, refuse it, so a run never waits for a page that is gone.
-(No `from __future__ import annotations` here: Gradio reads the handlers' `gr.Request` annotation.)
+waits; the card's buttons (or the `/approve` API, given the page's session id) answer it from a
+handler thread; the session's Stop, and a page that went away, refuse it, so a run never waits for
+a page that is gone.
 """
 import json
 import queue
@@ -107,24 +107,25 @@ class Card:
     def outputs(self) -> list:
         return [getattr(self, name) for name in self.OUTPUTS]
 
-    def wire(self, gr, approve: Callable[[str, str, str, str], bool]) -> None:
-        """The buttons and the `/approve` API: each answers the session's call waiting, through
-        `approve(session key, decision, arguments, reason)`."""
-        def api(decision: str, arguments: str, reason: str, request: gr.Request) -> bool:
-            """Answer the call waiting for approval: decision run, always, edit (with arguments) or refuse."""
+    def wire(self, gr, approve: Callable[[str, str, str, str], bool], key) -> None:
+        """The buttons and the `/approve` API: each answers the call waiting in the session that `key` (the
+        page's hidden session id) names, through `approve(session id, decision, arguments, reason)`."""
+        def api(decision: str, arguments: str, reason: str, session: str) -> bool:
+            """Answer the call waiting for approval: decision run, always, edit (with arguments) or refuse;
+            session: the id /respond gave."""
             try:
-                return approve(request.session_hash, decision, arguments, reason)
+                return approve(session, decision, arguments, reason)
             except ValueError:
                 raise gr.Error(f"decision must be one of run, always, edit, refuse, not {decision!r}") from None
 
         def answer(decision: str):
-            def click(arguments: str, reason: str, request: gr.Request) -> None:
-                api(decision, arguments, reason, request)
+            def click(arguments: str, reason: str, session: str) -> None:
+                api(decision, arguments, reason, session)
             return click
 
         gr.api(api, api_name="approve", concurrency_limit=None)
         for decision, button in self.buttons.items():
-            button.click(answer(decision), [self.arguments, self.reason], None, api_visibility="private",
+            button.click(answer(decision), [self.arguments, self.reason, key], None, api_visibility="private",
                          concurrency_limit=None)
 
 

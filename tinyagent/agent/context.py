@@ -36,20 +36,27 @@ def prompt_budget(model, kwargs: dict) -> int | None:
                      or DEFAULT_REPLY_ROOM)
 
 
-def fit_prompt(messages: list[dict], steps, suffix: str, model, kwargs: dict, lang: str) -> list[str]:
-    """`fit` to the model's window less the reply's room (nothing when the window is unknown); notes logged."""
+def fit_prompt(messages: list[dict], steps, suffix: str, model, kwargs: dict, lang: str,
+               render: Callable = prompt_messages) -> list[str]:
+    """`fit` to the model's window less the reply's room (nothing when the window is unknown); notes logged.
+    The tools a template shows (`kwargs["tools"]`) count too."""
     budget = prompt_budget(model, kwargs)
     if budget is None:
         return []
-    notes = fit(messages, steps, suffix, model.count_tokens, budget, lang)
+    count = model.count_tokens
+    if kwargs.get("tools"):
+        count = (lambda m, tools=kwargs["tools"]: model.count_tokens(m, tools=tools))
+    notes = fit(messages, steps, suffix, count, budget, lang, render)
     for note in notes:
         log.info("context: %s", note)
     return notes
 
 
 def fit(messages: list[dict], steps, suffix: str, count: Callable[[list[dict]], int | None],
-        budget: int, lang: str) -> list[str]:
+        budget: int, lang: str, render: Callable = prompt_messages) -> list[str]:
     """Shorten `messages` and the steps' observations in place until the prompt fits `budget` tokens.
+
+    `render(messages, steps, suffix)` makes the prompt (the protocol's messages; ReAct's by default).
 
     Order: the oldest chat turns first, then the longest observation (halved each time, with a
     marker), then the middle of the question. Returns one note per shortening; raises
@@ -57,7 +64,7 @@ def fit(messages: list[dict], steps, suffix: str, count: Callable[[list[dict]], 
     """
     notes: list[str] = []
     while True:
-        used = count(prompt_messages(messages, steps, suffix))
+        used = count(render(messages, steps, suffix))
         if used is None or used <= budget:
             return notes
         reason = f"prompt {used} tokens > budget {budget}"

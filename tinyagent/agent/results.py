@@ -45,7 +45,9 @@ class Step:
     raw_observation: str | None = None  # the tool's output before cutting / distilling, if different
     final_answer: str | None = None
     error: str | None = None        # what went wrong in this step, if anything
-    notes: list[str] = field(default_factory=list)  # how the prompt was shortened to fit the context
+    notes: list[str] = field(default_factory=list)  # how the prompt was shortened to fit, or its cache reuse cut
+    turn: int | None = None         # tools protocol: which model reply the step came from (one reply, many calls)
+    call_id: str | None = None      # tools protocol: the call's id, when the server gave one
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
@@ -60,7 +62,8 @@ class Step:
     def of(cls, index: int, reading: Reading) -> Step:
         """The step a reply was read as, before the agent acts on it."""
         return cls(index=index, text=reading.text, kind=reading.kind, thought=reading.thought,
-                   action=reading.action, action_input=reading.action_input, arguments=reading.arguments)
+                   action=reading.action, action_input=reading.action_input, arguments=reading.arguments,
+                   call_id=reading.call_id)
 
 
 @dataclass
@@ -74,6 +77,7 @@ class AgentResult:
     stop_reason: StopReason | str = ""
     error: str | None = None        # for model_error / hook_error / context_overflow: what went wrong (redacted)
     lang: str = "en"
+    protocol: str = "react"         # how the model called tools: "react" text or its own "tools" format
     generate_calls: int = 0
     prompt_tokens: int | None = None
     completion_tokens: int | None = None

@@ -1,16 +1,18 @@
 """A tool call in four parts: resolve the tool the model named, validate its arguments, guard against
 a repeat of an earlier call, invoke it through the hooks (which may approve, edit or refuse it first:
-approval.py). Each part turns what a model or a tool can get wrong into a step the model reads as an
-observation; only bugs in the agent (and hooks that raise) raise."""
+approval.py); several calls of one reply together (`run_together`). Each part turns what a model or a tool
+can get wrong into a step the model reads as an observation; only bugs in the agent (and hooks that raise) raise."""
 from __future__ import annotations
 
 import json
 import logging
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
-from ..format.arguments import ActionInputError, read_arguments
+from ..format.arguments import ActionInputError, check_arguments_depth, read_arguments
 from ..format.kinds import StepKind
-from ..format.observations import refused_observation, tool_failure
+from ..format.observations import kept, refused_observation, tool_failure
 from ..secrets import redact
 from ..tools.base import Tool, ToolError, invoke
 from . import hooks
@@ -28,6 +30,7 @@ def validate(tool: Tool, step: Step) -> dict:
     """The step's arguments, read from its input when the reader did not parse them, checked against
     the tool's parameters; raises ActionInputError or ToolError with a message for the model."""
     arguments = step.arguments if step.arguments is not None else read_arguments(step.action_input or "", tool)
+    check_arguments_depth(arguments)
     return tool.validate(arguments)
 
 
@@ -50,8 +53,8 @@ def call(call: hooks.ToolCall, chain: list[hooks.Hooks], timeout: float | None) 
             call.output, call.kind, call.error, call.seconds = run(call.tool, call.arguments, timeout)
         if call.refusal is None and call.kind == StepKind.ACTION and call.edited_from is not None:
             call.kind = StepKind.EDITED
-    if call.output is not None:
-        call.output = redact(call.output)
+    if call.output is not None:  # also an answer a hook gave: redacted, then cut to what is kept
+        call.output = kept(redact(call.output))
     return call
 
 
@@ -68,7 +71,8 @@ def settle(step: Step, call: hooks.ToolCall, lang: str) -> str | None:
 
 
 def run(tool: Tool, arguments: dict, timeout: float | None) -> tuple[str, StepKind, str | None, float]:
-    """Invoke `tool`: (its output or an error text, redacted; the step kind; the error; seconds)."""
+    """Invoke `tool`: (its output or an error text, redacted, then cut to what is kept (`kept`); the step
+    kind; the error; seconds)."""
     t0 = time.perf_counter()
     kind, error = StepKind.ACTION, None
     try:
@@ -78,7 +82,19 @@ def run(tool: Tool, arguments: dict, timeout: float | None) -> tuple[str, StepKi
     except Exception as e:  # a tool bug must not end the run; the model can try something else
         log.warning("tool %s raised", tool.name_for_model, exc_info=True)
         raw, error, kind = tool_failure(tool.name_for_model, e), redact(f"{type(e).__name__}: {e}"), StepKind.TOOL_ERROR
-    return redact(raw), kind, error, time.perf_counter() - t0
+    return kept(redact(raw)), kind, kept(error) if error else error, time.perf_counter() - t0
+
+
+def run_together(calls: list[tuple[Step, Tool]], run_one: Callable[[Step, Tool], object], together: bool = True
+                 ) -> None:
+    """Run the prepared calls of one reply: at the same time when there are several, `together` and every
+    tool allows it (`Tool.concurrent`), else one after another, in order."""
+    if together and len(calls) > 1 and all(tool.concurrent for _, tool in calls):
+        with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="tinyagent-tool") as pool:
+            list(pool.map(lambda call: run_one(*call), calls))
+    else:
+        for step, tool in calls:
+            run_one(step, tool)
 
 
 BAD_ARGUMENTS = (ActionInputError, ToolError)  # what `validate` raises

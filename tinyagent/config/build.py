@@ -45,7 +45,8 @@ def build_model(cfg: Config):
     register_secret(api_key)
     return models.OpenAIChatModel(m.base_url, m.name, api_key=api_key, timeout=m.timeout,
                                max_retries=m.max_retries, scratchpad=m.scratchpad,
-                               guided_decoding=m.guided_decoding, **gen)
+                               guided_decoding=m.guided_decoding, deadline=m.deadline,
+                               max_response_bytes=m.max_response_bytes, context_window=m.context_window, **gen)
 
 
 def embedded_runtime(cfg: Config) -> str:

@@ -59,22 +59,25 @@ class CompiledPattern:
     masks: dict = field(default_factory=dict)  # (state, end ids, width[, device]) -> numpy [torch] mask, True = masked
 
 
-_vocabularies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> Vocabulary
+_vocabularies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> {markers: Vocabulary}
 _lock = threading.Lock()  # compiling takes seconds: one thread compiles, the others wait for its result
 
 
-def compile_pattern(tokenizer, pattern: str, pieces: Pieces | None = None) -> tuple[Vocabulary, CompiledPattern]:
+def compile_pattern(tokenizer, pattern: str, markers: tuple[str, ...] = (),
+                    pieces: Pieces | None = None) -> tuple[Vocabulary, CompiledPattern]:
     """The compiled automaton of `pattern` for `tokenizer`, from the cache when it was built before.
 
     `tokenizer` is a transformers tokenizer, or any object that keys the cache when `pieces` gives
-    its vocabulary (a llama.cpp model: see `engine.llama_runtime.token_pieces`).
+    its vocabulary (a llama.cpp model: see `engine.llama_runtime.token_pieces`). `markers`: special
+    tokens the pattern writes as text (a tool call's `[TOOL_CALLS]`), kept in a tokenizer's vocabulary.
     """
     require_outlines()
     with _lock:
-        vocab = _vocabularies.get(tokenizer)
+        by_markers = _vocabularies.setdefault(tokenizer, {})
+        vocab = by_markers.get(markers)
         if vocab is None:
-            built = pieces() if pieces is not None else (token_bytes(tokenizer), tokenizer.eos_token_id)
-            vocab = _vocabularies[tokenizer] = _build_vocabulary(*built)
+            built = pieces() if pieces is not None else (token_bytes(tokenizer, markers), tokenizer.eos_token_id)
+            vocab = by_markers[markers] = _build_vocabulary(*built)
         compiled = vocab.patterns.get(pattern)
         if compiled is None:
             compiled = vocab.patterns[pattern] = _compile(vocab, pattern)
@@ -84,15 +87,17 @@ def compile_pattern(tokenizer, pattern: str, pieces: Pieces | None = None) -> tu
         return vocab, compiled
 
 
-def token_bytes(tokenizer) -> dict[int, bytes]:
+def token_bytes(tokenizer, markers: tuple[str, ...] = ()) -> dict[int, bytes]:
     """The exact bytes each ordinary (not special) token id writes, so the automaton is byte-exact
-    and a character split over several tokens is always finished.
+    and a character split over several tokens is always finished; special tokens in `markers` write
+    their text.
 
     Byte-level BPE vocabularies (GPT-2's alphabet) map back char by char; sentencepiece ones
     write "▁" for a space and <0xXX> for a raw byte; any other vocabulary uses the decoded text.
     """
     special = set(tokenizer.all_special_tokens)
     special |= {t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values() if t.special}
+    special -= set(markers)
     added = set(getattr(tokenizer, "added_tokens_encoder", {})) - special
     tokens = {t: i for t, i in tokenizer.get_vocab().items() if t not in special}
     plain = [t for t in tokens if t not in added]

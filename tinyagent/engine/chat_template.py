@@ -35,11 +35,13 @@ def render_chat(apply: Apply, messages: list[Message]) -> str:
 
 
 def template_renderer(template: str, **special_tokens: str) -> Apply:
-    """An `Apply` for a Jinja chat template string; `special_tokens` (bos_token, eos_token) are its variables."""
+    """An `Apply` for a Jinja chat template string (taking `tools` too); `special_tokens` (bos_token,
+    eos_token) are its variables."""
     from transformers.utils.chat_template_utils import render_jinja_template
 
-    def apply(messages: list[Message], add_generation_prompt: bool, continue_final_message: bool) -> str:
-        rendered, _ = render_jinja_template([list(messages)], chat_template=template,
+    def apply(messages: list[Message], add_generation_prompt: bool, continue_final_message: bool,
+              tools: list[dict] | None = None) -> str:
+        rendered, _ = render_jinja_template([list(messages)], chat_template=template, tools=tools or None,
                                             add_generation_prompt=add_generation_prompt,
                                             continue_final_message=continue_final_message, **special_tokens)
         return rendered[0]

@@ -32,7 +32,10 @@ def step_processor(tokenizer, fmt: StepFormat, *, end_ids: list[int], max_new_to
                    stop: list[str] | None = None, pieces: Pieces | None = None) -> StepProcessor:
     """A fresh logits processor for one `generate` call that keeps the reply in `fmt` (`pieces`: see
     `automaton.compile_pattern`)."""
-    vocab, compiled = compile_pattern(tokenizer, pattern_of(fmt), pieces)
+    markers = ()
+    if fmt.calls is not None and pieces is None:
+        markers = tuple(m for m in fmt.calls.markers if m in tokenizer.get_vocab())
+    vocab, compiled = compile_pattern(tokenizer, pattern_of(fmt), markers, pieces)
     shortest = int(compiled.to_final[compiled.initial])
     if max_new_tokens < shortest:
         log.warning("max_new_tokens=%d is too few for any complete constrained reply (the shortest takes %d "

@@ -1,5 +1,6 @@
 """`python -m tinyagent.eval`: load the model once, run a suite with a fresh agent per question,
-write results.jsonl (one record per question, as each finishes) and summary.json, print the table."""
+write results.jsonl (one record per question, as each finishes) and summary.json, print the table.
+An --out folder that holds results is refused unless --resume or --overwrite (eval/results.py)."""
 from __future__ import annotations
 
 import argparse
@@ -12,8 +13,9 @@ from pathlib import Path
 
 from .. import config
 from ..agent import Agent
-from ..secrets import redact
-from .harness import EvalInterrupted, evaluate
+from ..agent.protocols import PROTOCOLS
+from . import results
+from .harness import EvalInterrupted, evaluate, summarize
 from .scoring import SuiteError, load_suite
 
 
@@ -41,16 +43,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tools", help="comma-separated tools, e.g. calculator,local_search ('' for none)")
     p.add_argument("--max-turns", type=int)
     p.add_argument("--max-new-tokens", type=int)
+    p.add_argument("--protocol", choices=PROTOCOLS, help="react, tools or auto (default: the config's)")
+    p.add_argument("--constrained", action=argparse.BooleanOptionalAction, help="decode only valid steps")
     p.add_argument("--concurrency", type=int, help="parallel questions (default 4 for the openai backend, 8 for "
                                                    "local models, which decode them in one batch)")
     p.add_argument("--limit", type=int, help="only the first N questions")
     p.add_argument("--out", help="output folder (default out/eval-<suite>-<time>)")
+    p.add_argument("--resume", action="store_true", help="finish the run in --out: keep its questions, run the rest "
+                                                         "(and those whose run crashed)")
+    p.add_argument("--overwrite", action="store_true", help="replace the results already in --out")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (progress goes to stderr)")
     return p
 
 
 def _load_config(args) -> config.Config:
-    overrides: dict = {"agent.max_turns": args.max_turns, "generation.max_new_tokens": args.max_new_tokens}
+    overrides: dict = {"agent.max_turns": args.max_turns, "generation.max_new_tokens": args.max_new_tokens,
+                       "agent.protocol": args.protocol, "agent.constrained": args.constrained}
     if args.tools is not None:
         overrides["agent.tools"] = [t.strip() for t in args.tools.split(",") if t.strip()]
     if args.model or args.base_url:
@@ -91,13 +99,6 @@ def format_summary(summary: dict) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
-def _write(out: Path, records: list[dict], summary: dict) -> None:
-    with open(out / "results.jsonl", "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
-    (out / "summary.json").write_text(json.dumps(redact(summary), ensure_ascii=False, indent=2) + "\n",
-                                      encoding="utf-8")
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -122,8 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or f"out/eval-{Path(args.suite).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
         out.mkdir(parents=True, exist_ok=True)
+        kept = results.prepare(out, args.resume, args.overwrite)
     except OSError as e:
         return fail(f"cannot create the output folder {out}: {e.strerror or e}")
+    except results.ResultsError as e:
+        return fail(str(e))
+    done = {r["id"] for r in kept}
+    todo = [item for item in items if item.id not in done]
     run = {"suite": str(args.suite), "config": cfg.source, "backend": cfg.model.backend,
            "model": cfg.model.name or cfg.model.path, "tools": config.select_tools(cfg)[0], "concurrency": concurrency}
     try:
@@ -134,23 +140,24 @@ def main(argv: list[str] | None = None) -> int:
             return fail(str(e))
         except (OSError, ImportError, ValueError, RuntimeError) as e:
             return fail(f"cannot load the model: {type(e).__name__}: {' '.join(str(e).split())[:300]}", 1)
-        say(f"evaluating {len(items)} questions from {args.suite} (backend {cfg.model.backend}, "
-            f"concurrency {concurrency}) -> {out}")
+        say(f"evaluating {len(todo)} questions from {args.suite} (backend {cfg.model.backend}, "
+            f"concurrency {concurrency}) -> {out}" + (f" ({len(kept)} done before, kept)" if kept else ""))
         finished: list[dict] = []
-        with open(out / "results.jsonl", "w", encoding="utf-8") as partial:  # kept if the process dies
+        with results.Appender(out, kept) as partial:  # each question kept as it finishes, if the process dies
             def on_result(record: dict) -> None:
-                partial.write(json.dumps(record, ensure_ascii=False) + "\n")
-                partial.flush()
+                partial.append(record)
                 finished.append(record)
-                say(_progress_line(record, len(finished), len(items)))
-            records, summary = evaluate(items, factory, concurrency, on_result)
+                say(_progress_line(record, len(kept) + len(finished), len(items)))
+            new, summary = evaluate(todo, factory, concurrency, on_result)
         code = 0
     except EvalInterrupted as stop:
-        records, summary, code = stop.records, stop.summary, 130
+        new, summary, code = stop.records, stop.summary, 130
     except KeyboardInterrupt:
         return 130
-    summary = {**summary, "run": run}
-    _write(out, records, summary)  # suite order, whatever order the questions finished in
+    records = results.in_suite_order([item.id for item in items], [*kept, *new])
+    summary = {**summarize(records, summary["wall_seconds"]), **({"interrupted": True} if code else {}),
+               **({"resumed_with": len(kept)} if kept else {}), "run": run}
+    results.finish(out, records, summary)  # suite order, whatever order the questions finished in
     say(format_summary(summary))
     say(f"results: {out / 'results.jsonl'}\nsummary: {out / 'summary.json'}")
     if args.json:

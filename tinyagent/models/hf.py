@@ -16,6 +16,7 @@ from ..engine.loading import load_hf
 from ..engine.prefix_cache import PrefixCache
 from ..engine.streaming import CancelCriterion, ReplyText, TextStop, make_streamer
 from ..format.messages import Message
+from ..format.tool_formats import MARKERS, detect_format, template_takes_tools
 from ..text import StopHoldback, TextCallback, trim_at_stop
 from .base import Completion
 from .local import DEFAULT_GENERATION, END_OF_TURN_TOKENS, KEPT_PREFIXES, REPLY_OPTIONS, LocalChatModel
@@ -58,9 +59,15 @@ class HFChatModel(LocalChatModel):
                              "or set tokenizer.chat_template")
         self.model, self.tokenizer = model, tokenizer
         self.generation_defaults = {**DEFAULT_GENERATION, **generation_defaults}
+        self.control_tokens = declared_control_tokens(tokenizer)
         special = {*tokenizer.all_special_tokens,
                    *(t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values() if t.special)}
-        self.control_tokens = tuple(sorted(t for t in special if t))
+        vocab = tokenizer.get_vocab()
+        self._special_ids = frozenset(vocab[t] for t in special if t in vocab)
+        self._marker_ids = frozenset(vocab[t] for t in MARKERS if t in vocab)  # kept when decoding a tool call
+        template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
+        if type(self).render_prompt is HFChatModel.render_prompt:
+            self.tool_format, self.native_tools = detect_format(template), template_takes_tools(template)
         self.context_window = getattr(model.config.get_text_config(), "max_position_embeddings", None)
         self.end_token_ids = self._end_token_ids()
         self._prefix = PrefixCache(model, reuse_cache)
@@ -82,8 +89,9 @@ class HFChatModel(LocalChatModel):
     # --- prompts --------------------------------------------------------------------------
 
     def _apply_template(self, messages: list[Message], add_generation_prompt: bool,
-                        continue_final_message: bool) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                        continue_final_message: bool, tools: list[dict] | None = None) -> str:
+        return self.tokenizer.apply_chat_template(messages, **({"tools": tools} if tools else {}), tokenize=False,
+                                                  add_generation_prompt=add_generation_prompt,
                                                   continue_final_message=continue_final_message)
 
     def encode_prompt(self, text: str) -> list[int]:
@@ -96,13 +104,34 @@ class HFChatModel(LocalChatModel):
     def _vocabulary(self) -> tuple[object, None]:
         return self.tokenizer, None
 
-    def decode_new(self, prompt_ids: list[int], new_ids: list[int]) -> str:
-        """Text of `new_ids` as it continues the prompt (a leading space stays, special tokens go)."""
-        context = prompt_ids[-_DECODE_CONTEXT:]
-        decode = self.tokenizer.decode
-        before = decode(context, skip_special_tokens=True)
-        full = decode(context + list(new_ids), skip_special_tokens=True)
-        return full[len(before):] if full.startswith(before) else decode(new_ids, skip_special_tokens=True)
+    def decode_new(self, prompt_ids: list[int], new_ids: list[int], markers: bool = False) -> str:
+        """Text of `new_ids` as it continues the prompt (a leading space stays, special tokens go; with
+        `markers`, those that write a tool call, such as `[TOOL_CALLS]`, stay)."""
+        context, decode = prompt_ids[-_DECODE_CONTEXT:], self._decoder(markers)
+        before = decode(context)
+        full = decode(context + list(new_ids))
+        return full[len(before):] if full.startswith(before) else decode(new_ids)
+
+    def _decoder(self, markers: bool = False):
+        """ids -> text, special tokens skipped; with `markers`, those that write a tool call kept."""
+        if markers and self._marker_ids:
+            return lambda ids: self.tokenizer.decode(
+                [i for i in ids if i in self._marker_ids or i not in self._special_ids], skip_special_tokens=False)
+        return lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def parsed_calls(self, prompt: str, reply: str, tools: list[dict]) -> list[dict] | None:
+        """The calls in `reply` as transformers' response parsing reads them, when the tokenizer has a
+        `response_template`: [{"name", "arguments"}]; None without one or when it cannot parse the reply."""
+        template = getattr(self.tokenizer, "response_template", None)
+        if not template:
+            return None
+        try:
+            parsed = self.tokenizer.parse_response(reply, prefix=prompt, tools=tools)
+        except (ValueError, KeyError, TypeError) as e:  # broken JSON in a call: the text reader reads it
+            log.debug("response template could not parse the reply: %s", e)
+            return None
+        calls = [c.get("function", c) for c in parsed.get("tool_calls") or [] if isinstance(c, dict)]
+        return [{"id": None, "name": c.get("name"), "arguments": c.get("arguments")} for c in calls]
 
     # --- generation -----------------------------------------------------------------------
 
@@ -111,14 +140,16 @@ class HFChatModel(LocalChatModel):
                  repetition_penalty: float | None = None, no_repeat_ngram_size: int | None = None,
                  max_line_tokens: int | None = None, on_text: TextCallback | None = None,
                  logits_processor: list | None = None, constraint=None, cancel: threading.Event | None = None,
-                 **ignored) -> Completion:
+                 tools: list[dict] | None = None, **ignored) -> Completion:
         """Continue `messages`; returns the new text (before the first stop string) with usage counts.
 
         `constraint` (a `format.step_format.StepFormat`) keeps the reply in that format (needs outlines, see
         `engine.constrained`); the compiled automaton is cached, its per-call state is not.
         `max_line_tokens` replaces the format's line budget. `repetition_penalty` and
         `no_repeat_ngram_size` act within the reply only (`engine.repetition`). Setting `cancel` ends
-        generation after the current token (what `stream` does when abandoned).
+        generation after the current token (what `stream` does when abandoned). `tools` (function schemas)
+        go to the chat template; the reply then keeps its tool-call markers, and its calls come back as
+        `Completion.tool_calls` where the tokenizer has a response template (`parsed_calls`).
         """
         self.check_generation_options(ignored)
         stop = [s for s in stop or () if s]
@@ -129,11 +160,13 @@ class HFChatModel(LocalChatModel):
         config = self._generation_config(options)
         # the format after the caller's; repetition after the format: it only picks among what is allowed
         processors = [*(logits_processor or []), *(p for p in (step, repetition) if p is not None)]
+        markers = tools is not None
         with self._lock:
-            ids = self.encode_prompt(self.render_prompt(messages))
+            prompt = self.render_prompt(messages, tools)
+            ids = self.encode_prompt(prompt)
             holdback = StopHoldback(on_text, stop) if on_text else None
             started = time.perf_counter()
-            reply = self._reply_text(ids)  # one incremental decoder for the stop check and the stream
+            reply = self._reply_text(ids, markers)  # one incremental decoder for the stop check and the stream
             stopping = [TextStop(reply, len(ids), stop)] if stop else []
             stopping += [CancelCriterion(cancel)] if cancel is not None else []
             if self._batcher is None:
@@ -141,14 +174,15 @@ class HFChatModel(LocalChatModel):
         if self._batcher is not None:  # outside the lock: the batcher runs this call with the others
             new_ids, reused = self._batch(ids, config, holdback, processors, stopping, reply)
         seconds = time.perf_counter() - started
-        decoded = self.decode_new(ids, new_ids)
+        decoded = self.decode_new(ids, new_ids, markers)
         text = trim_at_stop(decoded, stop)
         if holdback:
             holdback.finish(text)
         capped = (len(new_ids) >= config.max_new_tokens and text == decoded
                   and not (new_ids and new_ids[-1] in self.end_token_ids))
         return Completion(text, prompt_tokens=len(ids), completion_tokens=len(new_ids), seconds=seconds,
-                          cached_tokens=reused, finish_reason="length" if capped else "stop")
+                          cached_tokens=reused, finish_reason="length" if capped else "stop",
+                          tool_calls=self.parsed_calls(prompt, text, tools) if tools else None)
 
     @property
     def reuse_cache(self) -> bool:
@@ -161,9 +195,9 @@ class HFChatModel(LocalChatModel):
             if self._batcher is not None:
                 self._batcher.prefixes.clear()
 
-    def _reply_text(self, prompt_ids: list[int]) -> ReplyText:
+    def _reply_text(self, prompt_ids: list[int], markers: bool = False) -> ReplyText:
         """The incremental text of a reply to `prompt_ids`, as `decode_new` gives it whole."""
-        return ReplyText(lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True), prompt_ids[-_DECODE_CONTEXT:])
+        return ReplyText(self._decoder(markers), prompt_ids[-_DECODE_CONTEXT:])
 
     def _batch(self, ids: list[int], config, holdback: StopHoldback | None, logits_processor: list | None,
                stopping: list, reply: ReplyText) -> tuple[list[int], int]:
@@ -218,3 +252,10 @@ class HFChatModel(LocalChatModel):
         self._prefix.keep(cache, sequence)
         return sequence[len(ids):], reused
 
+
+def declared_control_tokens(tokenizer) -> tuple[str, ...]:
+    """The tokens a tokenizer matches whole in any text: its special tokens, and its added tokens that
+    look like markup (Qwen2.5's `<tool_call>` is added but not marked special)."""
+    added = [t for t in getattr(tokenizer, "added_tokens_decoder", {}).values()
+             if t.special or any(ch in t.content for ch in "<>[]|｜")]
+    return tuple(sorted({t for t in (*tokenizer.all_special_tokens, *(t.content for t in added)) if t}))

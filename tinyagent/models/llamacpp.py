@@ -24,6 +24,7 @@ from ..engine.sampling import ReplyChooser
 from ..engine.sequences import SequencePool
 from ..engine.streaming import PieceText
 from ..format.messages import Message
+from ..format.tool_formats import detect_format, template_takes_tools
 from ..text import StopHoldback, TextCallback, stop_index, trim_at_stop
 from .base import Completion
 from .local import DEFAULT_GENERATION, END_OF_TURN_TOKENS, KEPT_PREFIXES, LocalChatModel
@@ -76,6 +77,7 @@ class LlamaCppModel(LocalChatModel):
         if not template:
             raise ValueError(f"{Path(path).name} has no chat template in its metadata: use a chat (instruct) model")
         self._template = template_renderer(template, **self.runtime.special_token_texts())
+        self.tool_format, self.native_tools = detect_format(template), template_takes_tools(template)
         control = {t: self.runtime.token_text(t) for t in self.runtime.control_tokens()}
         self.control_tokens = tuple(sorted(set(control.values()) - {""}))
         ends = set(self.runtime.end_tokens()) | {t for t, text in control.items() if text in END_OF_TURN_TOKENS}
@@ -91,8 +93,8 @@ class LlamaCppModel(LocalChatModel):
     # --- prompts --------------------------------------------------------------------------
 
     def _apply_template(self, messages: list[Message], add_generation_prompt: bool,
-                        continue_final_message: bool) -> str:
-        return self._template(messages, add_generation_prompt, continue_final_message)
+                        continue_final_message: bool, tools: list[dict] | None = None) -> str:
+        return self._template(messages, add_generation_prompt, continue_final_message, tools)
 
     def encode_prompt(self, text: str) -> list[int]:
         """Token ids of a rendered prompt (the template already holds any BOS token)."""
@@ -108,12 +110,13 @@ class LlamaCppModel(LocalChatModel):
                  repetition_penalty: float | None = None, no_repeat_ngram_size: int | None = None,
                  max_line_tokens: int | None = None, on_text: TextCallback | None = None,
                  logits_processor: list | None = None, constraint=None, cancel: threading.Event | None = None,
-                 **ignored) -> Completion:
+                 tools: list[dict] | None = None, **ignored) -> Completion:
         """Continue `messages`; returns the new text (before the first stop string) with usage counts.
 
         The keywords are `HFChatModel.generate`'s; `logits_processor` holds functions
         `(token ids so far, numpy scores) -> scores`. The reply ends at an end-of-turn token, a stop
-        string, `max_new_tokens`, the context window, or `cancel` being set.
+        string, `max_new_tokens`, the context window, or `cancel` being set. `tools` go to the chat
+        template; the agent reads the calls from the reply's text.
         """
         self.check_generation_options(ignored)
         stop = [s for s in stop or () if s]
@@ -121,7 +124,7 @@ class LlamaCppModel(LocalChatModel):
                                 repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
                                 max_line_tokens=max_line_tokens)
         with self._lock:
-            ids = self.encode_prompt(self.render_prompt(messages))
+            ids = self.encode_prompt(self.render_prompt(messages, tools))
             room = self.context_window - len(ids)
             if room < 1:
                 raise ValueError(f"the prompt has {len(ids)} tokens, more than the context window of "
@@ -134,11 +137,12 @@ class LlamaCppModel(LocalChatModel):
             started = time.perf_counter()
             new, text, reused = self._run(ids, chooser, budget, stop, holdback, cancel)
             seconds = time.perf_counter() - started
-        text = trim_at_stop(text, stop)
+        whole, text = text, trim_at_stop(text, stop)
         if holdback:
             holdback.finish(text)
+        capped = len(new) >= budget and text == whole and not (new and new[-1] in self.end_token_ids)
         return Completion(text, prompt_tokens=len(ids), completion_tokens=len(new), seconds=seconds,
-                          cached_tokens=reused)
+                          cached_tokens=reused, finish_reason="length" if capped else "stop")
 
     def _run(self, ids: list[int], chooser: ReplyChooser, budget: int, stop: list[str],
              holdback: StopHoldback | None, cancel: threading.Event | None) -> tuple[list[int], str, int]:

@@ -30,7 +30,7 @@ class LocalChatModel(BaseModel):
     end_token_ids: list[int] = []
 
     def _apply_template(self, messages: list[Message], add_generation_prompt: bool,
-                        continue_final_message: bool) -> str:
+                        continue_final_message: bool, tools: list[dict] | None = None) -> str:
         raise NotImplementedError
 
     def encode_prompt(self, text: str) -> list[int]:
@@ -44,12 +44,14 @@ class LocalChatModel(BaseModel):
         """(the cache key of this vocabulary's compiled automata, a `Pieces` function or None for a tokenizer)."""
         raise NotImplementedError
 
-    def render_prompt(self, messages: list[Message]) -> str:
-        """The prompt text: the chat template, continuing a trailing assistant message unclosed."""
-        return render_chat(self._apply_template, messages)
+    def render_prompt(self, messages: list[Message], tools: list[dict] | None = None) -> str:
+        """The prompt text: the chat template (given `tools`, when there are), continuing a trailing
+        assistant message unclosed."""
+        return render_chat(lambda chat, opened, continued: self._apply_template(chat, opened, continued, tools),
+                           messages)
 
-    def count_tokens(self, messages: list[Message]) -> int:
-        return len(self.encode_prompt(self.render_prompt(messages)))
+    def count_tokens(self, messages: list[Message], tools: list[dict] | None = None) -> int:
+        return len(self.encode_prompt(self.render_prompt(messages, tools)))
 
     def stream(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> Iterator[str]:
         """`generate` as an iterator of text chunks, generated in a background thread.
