@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tinyagent import cli, options, report
 from tinyagent.config import build_agent, build_tools, close_tools
+from tinyagent.models.embedded import NOTICE as EMBEDDED_NOTICE
 from tinyagent.trace import TraceWriter
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "default.yaml"
@@ -69,10 +70,7 @@ def run(args: argparse.Namespace, model=None) -> int:
           f"steps ({sum(s.action is not None for s in steps)} tool calls), {tokens} tokens, "
           f"{sum(r.seconds for r in results):.1f} s ===", flush=True)
     if cfg.model.backend == "embedded":
-        kept = ("constrained decoding keeps it in the ReAct format, but its searches and answers are often wrong"
-                if cfg.agent.constrained else "it often breaks the ReAct format or answers wrongly")
-        print(f"(SmolLM2-135M is a very small model: {kept}. Try --config configs/internlm2-chat-1_8b.yaml "
-              "on a GPU.)", flush=True)
+        print(f"({EMBEDDED_NOTICE})", flush=True)
     return 0
 
 

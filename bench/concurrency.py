@@ -2,10 +2,11 @@
 
 Each agent replays its own episode (all recorded episodes in order, cycled when N is larger: copies
 of one episode would share whole prompts) with its recorded replies forced
-token by token through `HFChatModel.generate`, so every run does the same work whatever the
-weights. Concurrently, the agents' decode steps share batched forward passes (llm/batching.py);
-sequentially they run one by one on the same model. Tokens processed are counted by the batcher
-(every token fed through the model, padding aside); the lower bound is each agent's final
+token by token through the model's `generate`, so every run does the same work whatever the
+weights. Concurrently, on transformers the agents' decode steps share batched forward passes
+(engine/batching.py), on llama.cpp they run one call at a time, each conversation kept as a sequence
+of llama.cpp's cache (engine/sequences.py); sequentially they run one by one on the same model. Tokens
+processed are counted by the batcher or by llama.cpp itself; the lower bound is each agent's final
 transcript, each token through the model once.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ import threading
 import time
 
 from recorded import EpisodeError
+from runtimes import batching, decode_steps, fed_tokens, shared_tokens
 
 from tinyagent import Agent
 from tinyagent.format.prompts import STOP_WORDS
@@ -47,8 +49,7 @@ class ForcedReplies(BaseModel):
 def run_agents(model, episodes: list, tools_of, agents: int, max_new_tokens: int, together: bool) -> dict:
     """Replay `agents` episode runs, in threads started together or one after another; seconds and counts."""
     model.reset_cache()
-    batcher = model._batcher
-    fed, shared = batcher.fed_tokens, batcher.prefixes.shared_tokens
+    fed, shared = fed_tokens(model), shared_tokens(model)
     runs = [episodes[i % len(episodes)] for i in range(agents)]
     replays = [ForcedReplies(model, e.replies(), max_new_tokens) for e in runs]
     results: list = [None] * agents
@@ -76,23 +77,21 @@ def run_agents(model, episodes: list, tools_of, agents: int, max_new_tokens: int
         if isinstance(result, Exception) or result.answer != episode.answer:
             raise EpisodeError(f"episode {episode.id} did not replay as recorded ({'together' if together else 'alone'})"
                                f": {result if isinstance(result, Exception) else repr(result.answer)}")
-    return {"seconds": round(seconds, 2), "tokens_processed": batcher.fed_tokens - fed,
-            "shared_prefix_tokens": batcher.prefixes.shared_tokens - shared,
+    return {"seconds": round(seconds, 2), "tokens_processed": fed_tokens(model) - fed,
+            "shared_prefix_tokens": shared_tokens(model) - shared,
             "lower_bound_tokens": sum(r.transcript_tokens for r in replays),
             "decoded": sum(r.decoded for r in replays), "longest_agent_decoded": max(r.decoded for r in replays)}
 
 
 def concurrency_report(model, episodes: list, tools_of, agents: int, max_new_tokens: int) -> dict:
     """The `"concurrency"` entry of the benchmark's JSON: sequential vs concurrent on the same model."""
-    if model._batcher is None:
-        raise SystemExit("--concurrency: this model's cache cannot be batched (it has sliding-window or other "
-                         "layers that are not plain full attention); it runs one call at a time")
+    sizes = batching(model)
     model.generate([{"role": "user", "content": "Hi"}], stop=STOP_WORDS, max_new_tokens=4)  # warm-up
     alone = run_agents(model, episodes, tools_of, agents, max_new_tokens, together=False)
     print(f"  {agents} agents one after another: {alone['seconds']} s", file=sys.stderr)
-    passes, stepped = model._batcher.passes, model._batcher.stepped
+    passes, stepped = decode_steps(model)
     together = run_agents(model, episodes, tools_of, agents, max_new_tokens, together=True)
-    passes, stepped = model._batcher.passes - passes, model._batcher.stepped - stepped
+    passes, stepped = (after - before for after, before in zip(decode_steps(model), (passes, stepped)))
     print(f"  {agents} agents at once: {together['seconds']} s", file=sys.stderr)
     return {"agents": agents, "episodes": sorted({episodes[i % len(episodes)].id for i in range(agents)}),
             "sequential_seconds": alone["seconds"], "concurrent_seconds": together["seconds"],
@@ -101,7 +100,7 @@ def concurrency_report(model, episodes: list, tools_of, agents: int, max_new_tok
             "processed_over_lower_bound": round(together["tokens_processed"] / together["lower_bound_tokens"], 3),
             "shared_prefix_tokens": together["shared_prefix_tokens"],
             "sequential_tokens_processed": alone["tokens_processed"], "batched_decode_passes": passes,
-            "max_batch": model._batcher.max_batch, "kept_prefixes": model._batcher.prefixes.size,
+            **sizes,
             "mean_batch": round(stepped / passes, 2) if passes else None,
             # every agent decodes its replies one token per pass, so no schedule needs fewer passes than this
             "longest_agent_decoded": together["longest_agent_decoded"], "decoded": together["decoded"],

@@ -2,14 +2,17 @@
 
 Replay (the headline figures): recorded episodes (bench/episodes/*.jsonl) run through the real
 `Agent` on a `ReplayModel`, which forces each recorded reply token by token through the model's own
-`generate` (tinyagent/llm/replay.py), so every step costs what generating it costs, whatever the
+`generate` (tinyagent/models/replay.py), so every step costs what generating it costs, whatever the
 weights would have chosen. Strategies, alternating per episode on the same weights:
   original   no stop strings, full prompt every step: the invented continuation is decoded, then cut
   stop       stop strings, full prompt every step
-  tinyagent  stop strings and KV-cache reuse (HFChatModel's own)
+  tinyagent  stop strings and KV-cache reuse (the backend's own)
+on one runtime (--backend hf: transformers; llamacpp: llama.cpp on the GGUF file itself), or both
+side by side in one run (--compare), episode by episode.
 Live (--live): the same questions answered freely by the model, reporting what it really did.
 
   python bench/episode_cost.py --quick                     # embedded SmolLM2-135M on CPU, 2 episodes
+  python bench/episode_cost.py --quick --compare           # the same on transformers and on llama.cpp
   python bench/episode_cost.py --json out.json             # all episodes
   python bench/episode_cost.py --live                      # free generation
   python bench/episode_cost.py --device cuda --random-internlm2-1_8b
@@ -30,15 +33,24 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this repository's tinyagent, installed or not
 
 from concurrency import concurrency_report, print_concurrency  # next to this file
-from make_random_internlm2 import write_checkpoint
-from recorded import EPISODES, Episode, EpisodeError, episode_tools, load_episodes, tokenizer_texts
+from recorded import EPISODES, Episode, EpisodeError, episode_tools, load_episodes
+from runtimes import (
+    BACKENDS,
+    MODES,
+    backend_of,
+    copy_bandwidth,
+    device_of,
+    load_model,
+    strategy_models,
+    threads_of,
+    weight_bytes,
+)
 
 from tinyagent import Agent
 from tinyagent.format.prompts import STOP_WORDS
 from tinyagent.models.base import BaseModel
 from tinyagent.models.replay import ReplayModel
 
-MODES = ("original", "stop", "tinyagent")
 QUICK_EPISODES = ("en-speed-of-light", "zh-shopping-total")
 
 
@@ -67,25 +79,22 @@ def replay_episode(episode: Episode, mode: str, model, max_new_tokens: int) -> d
             "decode_seconds": round(c.decode_seconds, 3)}
 
 
-def strategy_models(model) -> dict:
-    """One wrapper per strategy around the same weights: only cache reuse differs (stop strings are the replay's)."""
-    make = type(model).from_model
-    return {mode: make(model.model, model.tokenizer, reuse_cache=mode == "tinyagent") for mode in MODES}
-
-
-def run_replay(model, episodes: list[Episode], max_new_tokens: int) -> list[dict]:
-    """Every episode under every strategy, after a warm-up call (first kernels, stop-string tables)."""
-    models = strategy_models(model)
-    models["tinyagent"].generate([{"role": "user", "content": "Hi"}], stop=STOP_WORDS, max_new_tokens=4)
+def run_replay(models: dict, episodes: list[Episode], max_new_tokens: int) -> list[dict]:
+    """Every episode under every strategy on every backend (`models`: backend -> its strategies' models),
+    after a warm-up call each (first kernels, stop-string tables); alternating, so machine noise hits
+    every strategy and backend alike."""
+    for strategies in models.values():
+        strategies["tinyagent"].generate([{"role": "user", "content": "Hi"}], stop=STOP_WORDS, max_new_tokens=4)
     rows = []
     for episode in episodes:
-        for mode in MODES:  # alternating, so machine noise hits every strategy alike
-            rows.append(replay_episode(episode, mode, models[mode], max_new_tokens))
-            print(f"  {episode.id:20} {mode:10} {rows[-1]['wall_seconds']:7.2f} s", file=sys.stderr)
+        for backend, strategies in models.items():
+            for mode in MODES:
+                rows.append({**replay_episode(episode, mode, strategies[mode], max_new_tokens), "backend": backend})
+                print(f"  {episode.id:20} {backend:8} {mode:10} {rows[-1]['wall_seconds']:7.2f} s", file=sys.stderr)
     return rows
 
 
-SUMMED = ("forward_passes", "prefilled_tokens", "decoded_tokens", "decoded_discarded", "tokens_processed",
+SUMMED = ("forward_passes", "prefilled_tokens", "reused_tokens", "decoded_tokens", "decoded_discarded", "tokens_processed",
           "lower_bound_tokens", "wall_seconds", "decode_passes", "decode_seconds")
 
 
@@ -108,11 +117,11 @@ def summarize(rows: list[dict]) -> dict:
 
 def print_replay(report: dict) -> None:
     """The per-episode table, the totals, the three targets and the decode speed."""
-    head = (f"{'episode':20} {'mode':10} {'passes':>6} {'prefill':>7} {'decoded':>7} {'discard':>7} "
+    head = (f"{'episode':20} {'mode':10} {'passes':>6} {'prefill':>7} {'reused':>6} {'decoded':>7} {'discard':>7} "
             f"{'processed':>9} {'bound':>6} {'x bound':>7} {'wall s':>7}")
     print(head + "\n" + "-" * len(head))
     for r in report["episodes"] + [{"episode": "TOTAL", "mode": m, **s} for m, s in report["modes"].items()]:
-        print(f"{r['episode']:20} {r['mode']:10} {r['forward_passes']:6} {r['prefilled_tokens']:7} "
+        print(f"{r['episode']:20} {r['mode']:10} {r['forward_passes']:6} {r['prefilled_tokens']:7} {r['reused_tokens']:6} "
               f"{r['decoded_tokens']:7} {r['decoded_discarded']:7} {r['tokens_processed']:9} "
               f"{r['lower_bound_tokens']:6} {r['tokens_processed'] / r['lower_bound_tokens']:7.2f} "
               f"{r['wall_seconds']:7.2f}")
@@ -178,58 +187,24 @@ def print_live(rows: list[dict]) -> None:
 
 # --- model and device ----------------------------------------------------------------------
 
-def copy_bandwidth(device) -> float:
-    """Bytes per second the device moves in a large copy (read + write), a practical bandwidth ceiling."""
-    import torch
-
-    n = (256 if device.type == "cuda" else 64) * 2**20
-    src, dst = torch.empty(n, dtype=torch.uint8, device=device), torch.empty(n, dtype=torch.uint8, device=device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    for warm in (True, False):
-        sync()
-        started = time.perf_counter()
-        for _ in range(1 if warm else 10):
-            dst.copy_(src)
-        sync()
-    return 2 * n * 10 / (time.perf_counter() - started)
-
-
 def decode_report(model, rows: list[dict], spec_gbs: float | None) -> dict:
-    """TinyAgent's decode tokens/s next to the memory-bandwidth bound (weight bytes read per token)."""
-    config = model.model.config
-    weights = sum(p.numel() * p.element_size() for name, p in model.model.named_parameters()
-                  if "embed_tokens" not in name or config.tie_word_embeddings)  # one embedding row is read
-    bandwidth = spec_gbs * 1e9 if spec_gbs else copy_bandwidth(model.model.device)
+    """The tinyagent mode's decode tokens/s next to the memory-bandwidth bound (weight bytes read per token)."""
+    weights = weight_bytes(model)
+    bandwidth = spec_gbs * 1e9 if spec_gbs else copy_bandwidth(device_of(model))
     tiny = [r for r in rows if r["mode"] == "tinyagent"]
     seconds = sum(r["decode_seconds"] for r in tiny)
-    return {"device": str(model.model.device), "weight_bytes_per_token": weights,
+    return {"device": device_of(model), "weight_bytes_per_token": weights,
             "bandwidth_gb_s": round(bandwidth / 1e9, 1), "bandwidth_source": "spec" if spec_gbs else "measured copy",
             "bound_tokens_per_s": round(bandwidth / weights, 1),
             "decode_tokens_per_s": round(sum(r["decode_passes"] for r in tiny) / seconds, 1) if seconds else None}
 
 
-def load_model(args, episodes: list[Episode], workdir: str):
-    """(model, description) as the command line asks; with --concurrency N, N requests decode together."""
-    from tinyagent.models.hf import MAX_BATCH
-
-    batch = {"max_batch": max(MAX_BATCH, args.concurrency or 0)}
-    if args.random_internlm2:
-        from tinyagent.models.internlm2 import InternLM2Chat
-
-        folder = Path(args.checkpoint_dir or workdir) / f"internlm2-{args.random_internlm2}"
-        if not (folder / "config.json").is_file():
-            print(f"writing a random InternLM2 checkpoint ({args.random_internlm2}) to {folder}", file=sys.stderr)
-            write_checkpoint(folder, args.random_internlm2, tokenizer_texts(episodes))
-        model = InternLM2Chat(str(folder), device=args.device, dtype=args.dtype, **batch)
-        return model, f"random InternLM2 {args.random_internlm2}"
-    if args.model:
-        from tinyagent.models.hf import HFChatModel
-
-        return HFChatModel(args.model, device=args.device, dtype=args.dtype, gguf_file=args.gguf_file,
-                           **batch), args.model
-    from tinyagent.models import default_model
-
-    return default_model(device=args.device, dtype=args.dtype, **batch), "SmolLM2-135M-Instruct Q4_1 (embedded)"
+def compare(rows: list[dict]) -> dict:
+    """llama.cpp against transformers, per episode in the same run: medians of wall ratios per mode."""
+    by = {(r["episode"], r["backend"], r["mode"]): r for r in rows}
+    ids = list(dict.fromkeys(r["episode"] for r in rows))
+    return {f"{mode}_hf_over_llamacpp": round(statistics.median(
+        by[i, "hf", mode]["wall_seconds"] / by[i, "llamacpp", mode]["wall_seconds"] for i in ids), 3) for mode in MODES}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -237,7 +212,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--episodes", nargs="+", type=Path, default=sorted(EPISODES.glob("*.jsonl")))
     parser.add_argument("--only", action="append", help="episode id to run (repeatable)")
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK_EPISODES)}")
-    parser.add_argument("--model", help="a Hugging Face chat model folder or hub id (default: embedded SmolLM2)")
+    parser.add_argument("--model", help="a Hugging Face chat model folder or hub id, or a .gguf file "
+                        "(default: embedded SmolLM2)")
+    parser.add_argument("--backend", choices=("auto", *BACKENDS), default="auto",
+                        help="hf: transformers; llamacpp: llama.cpp on the GGUF file (auto: llama.cpp for a .gguf "
+                        "where installed)")
+    parser.add_argument("--compare", action="store_true", help="replay on both backends in one run, side by side")
     parser.add_argument("--gguf-file")
     shapes = parser.add_mutually_exclusive_group()
     shapes.add_argument("--random-internlm2-1_8b", dest="random_internlm2", action="store_const", const="1_8b",
@@ -247,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--checkpoint-dir", help="keep the random checkpoint here (default: a temporary folder)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--threads", type=int, help="torch CPU threads")
+    parser.add_argument("--threads", type=int, help="CPU threads (torch's, and llama.cpp's)")
     parser.add_argument("--max-new-tokens", type=int, default=512)
     parser.add_argument("--live", action="store_true", help="also answer the questions freely")
     parser.add_argument("--constrained", action="store_true", help="live: add Agent(constrained=True)")
@@ -268,27 +248,41 @@ def main(argv: list[str] | None = None) -> None:
     if not run:
         raise SystemExit(f"no episode matches {sorted(chosen)}")
     started = time.perf_counter()
+    backends = BACKENDS if args.compare else (backend_of(args),)
     with tempfile.TemporaryDirectory(prefix="episode-cost-") as workdir:
-        model, description = load_model(args, episodes, workdir)
-        print(f"{description} on {model.model.device} ({torch.get_num_threads()} CPU threads), loaded in "
-              f"{time.perf_counter() - started:.1f} s; max_new_tokens {args.max_new_tokens}", file=sys.stderr)
+        loaded = {b: load_model(args, episodes, workdir, b) for b in backends}
+        for backend, (model, description) in loaded.items():
+            print(f"{description} on {device_of(model)} ({threads_of(model)} CPU threads); "
+                  f"max_new_tokens {args.max_new_tokens}", file=sys.stderr)
         report: dict = {"command": " ".join(["python", "bench/episode_cost.py", *(argv or sys.argv[1:])]),
-                        "model": description, "device": str(model.model.device),
-                        "cpu_threads": torch.get_num_threads(), "max_new_tokens": args.max_new_tokens}
+                        "max_new_tokens": args.max_new_tokens, "load_seconds": round(time.perf_counter() - started, 1),
+                        "backends": {b: {"model": d, "device": device_of(m), "cpu_threads": threads_of(m)}
+                                     for b, (m, d) in loaded.items()}}
         if not args.no_replay:
-            rows = run_replay(model, run, args.max_new_tokens)
-            report.update(summarize(rows), episodes=rows, decode=decode_report(model, rows, args.bandwidth_gbs))
-            print_replay(report)
-        if args.concurrency:
-            report["concurrency"] = concurrency_report(model, episodes, episode_tools, args.concurrency,
-                                                       args.max_new_tokens)
-            c, decode = report["concurrency"], report.get("decode")
-            if decode and c["mean_batch"]:  # a pass reads the weights once, whatever its batch
-                c["bound_decoded_per_s"] = round(decode["bound_tokens_per_s"] * c["mean_batch"], 1)
-            print_concurrency(report["concurrency"])
-        if args.live:
-            report["live"] = run_live(model, run, args.max_new_tokens, args.constrained)
-            print_live(report["live"])
+            rows = run_replay({b: strategy_models(m) for b, (m, _) in loaded.items()}, run, args.max_new_tokens)
+            report["episodes"] = rows
+            for backend, (model, description) in loaded.items():
+                part = report["backends"][backend]
+                mine = [r for r in rows if r["backend"] == backend]
+                part.update(summarize(mine), decode=decode_report(model, mine, args.bandwidth_gbs))
+                print(f"\n{description}")
+                print_replay({**part, "episodes": mine})
+            if args.compare:
+                report["compare"] = compare(rows)
+                print("\nmedian wall transformers / llama.cpp: " + ", ".join(
+                    f"{k.split('_')[0]} {v:.2f}x" for k, v in report["compare"].items()))
+        for backend, (model, _) in loaded.items():
+            part = report["backends"][backend]
+            if args.concurrency:
+                c = part["concurrency"] = concurrency_report(model, episodes, episode_tools, args.concurrency,
+                                                             args.max_new_tokens)
+                if part.get("decode") and c["mean_batch"]:  # a pass reads the weights once, whatever its batch
+                    c["bound_decoded_per_s"] = round(part["decode"]["bound_tokens_per_s"] * c["mean_batch"], 1)
+                print(f"\n{backend}:", end="")
+                print_concurrency(c)
+            if args.live:
+                part["live"] = run_live(model, run, args.max_new_tokens, args.constrained)
+                print_live(part["live"])
     report["total_seconds"] = round(time.perf_counter() - started, 1)
     print(f"\ntotal {report['total_seconds']} s", file=sys.stderr)
     if args.json:

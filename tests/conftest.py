@@ -77,13 +77,25 @@ def tiny_llama_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def embedded_model():
-    """The embedded default model (SmolLM2-135M-Instruct GGUF), loaded once per test session."""
+    """The embedded default model (SmolLM2-135M-Instruct GGUF) as users get it: on llama.cpp where the
+    `llamacpp` extra is installed, else on transformers; loaded once per test session."""
     import os
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from tinyagent.models import default_model
 
     return default_model()
+
+
+@pytest.fixture(scope="session")
+def embedded_hf():
+    """The embedded model on transformers, for tests of HFChatModel's own workings."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from tinyagent.models import default_model
+
+    return default_model(runtime="hf")
 # --- end of model fixtures ----------------------------------------------------------------
 
 

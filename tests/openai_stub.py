@@ -9,7 +9,8 @@ responses, dropped connections, non-JSON or malformed bodies. Example:
         assert stub.requests[0]["body"]["messages"][-1]["role"] == "user"
 
 `replies` is a string, a list (served in order; the last one repeats) or a function
-`(request_body) -> str`. Like `transformers serve`, the stub does not cut replies at `stop`
+`(request_body) -> str`. A reply may also be {"content": str, "tool_calls": [{"name", "arguments"}]}:
+the calls are sent as OpenAI `tool_calls` (streamed: the arguments text in pieces, as vLLM sends them). Like `transformers serve`, the stub does not cut replies at `stop`
 strings unless `honour_stop=True`. `script` (or `push`) queues one fault per coming request;
 then `fault_for(request_body)` may name one; then `fail_rate` applies. `meet=n` holds the first n
 requests until n are in flight at once, so a test of parallel clients does not depend on timing. Faults:
@@ -22,6 +23,13 @@ requests until n are in flight at once, so a test of parallel clients does not d
     "no_choices"                         200 with JSON that has no `choices`
     "bad_stream"                         (streaming) a few chunks, then a non-JSON data line
     "stall_stream"                       (streaming) a few chunks, then silence for `slow_seconds`
+    "endless_stream"                     (streaming) the reply, then its last chunk again and again, never
+                                         a finish: only a client that stops reading ends it
+    "idle_stream"                        (streaming) events without content, forever
+    "huge_body"                          200 with a JSON body of `huge_bytes` bytes (Content-Length set)
+    "huge_chunked"                       200 with a chunked JSON body that never ends
+
+`models` is the list `GET /v1/models` answers (default: one entry for `model`, without a window).
 """
 from __future__ import annotations
 
@@ -56,9 +64,15 @@ class OpenAIStub:
         done_marker: bool = True,
         meet: int = 0,
         seed: int = 0,
+        huge_bytes: int = 30_000_000,
+        models: list[dict] | None = None,
     ):
         self.replies = replies
         self.model = model
+        self.huge_bytes = huge_bytes
+        self.models = models if models is not None else [{"id": model, "object": "model"}]
+        self.model_list_requests = 0
+        self.bytes_sent = 0  # of streamed and chunked bodies, so a test can see where a client stopped
         self.fail_rate = fail_rate
         self.fail_status = fail_status
         self.delay = delay
@@ -171,7 +185,9 @@ def _handler_for(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             if self.path.rstrip("/") in ("/v1/models", "/models"):
-                self._json(200, {"object": "list", "data": [{"id": stub.model, "object": "model"}]})
+                with stub._lock:
+                    stub.model_list_requests += 1
+                self._json(200, {"object": "list", "data": stub.models})
             elif self.path == "/health":
                 self._json(200, {"status": "ok"})
             else:
@@ -215,7 +231,20 @@ def _handler_for(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
                 return self._send(200, "text/html", b"<html><body>502 Bad Gateway</body></html>")
             if fault == "no_choices":
                 return self._json(200, {"id": "x", "object": "chat.completion", "result": "?"})
+            if fault == "huge_body":
+                return self._send(200, "application/json", b'{"x": "' + b"y" * stub.huge_bytes + b'"}')
+            if fault == "huge_chunked":
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                return self._repeat(b'{"x": "', b"y" * 65536)
             text = stub.reply_for(body)
+            calls = None
+            if isinstance(text, dict):
+                calls = [{"id": f"call_{i}", "type": "function", "function": {"name": c["name"],
+                          "arguments": c["arguments"]}} for i, c in enumerate(text.get("tool_calls", []))]
+                text = text.get("content") or ""
             if stub.honour_stop:
                 text = _cut(text, body.get("stop"))
             if body.get("max_tokens"):
@@ -224,15 +253,17 @@ def _handler_for(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
             usage = {"prompt_tokens": count_words(prompt), "completion_tokens": count_words(text)}
             usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
             if body.get("stream"):
-                return self._stream(text, usage, fault)
+                return self._stream(text, usage, fault, calls)
+            message = {"role": "assistant", "content": text or (None if calls else "")}
+            if calls:
+                message["tool_calls"] = calls
             self._json(200, {
                 "id": "chatcmpl-stub", "object": "chat.completion", "model": stub.model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                             "finish_reason": "stop"}],
+                "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
                 "usage": usage,
             })
 
-        def _stream(self, text: str, usage: dict, fault: str | None) -> None:
+        def _stream(self, text: str, usage: dict, fault: str | None, calls: list | None = None) -> None:
             """Server-sent events in chunked transfer encoding, as uvicorn and vLLM send them."""
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -241,10 +272,20 @@ def _handler_for(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
             pieces = [text[i:i + stub.chunk_chars] for i in range(0, len(text), stub.chunk_chars)]
             events = [{"choices": [{"index": 0, "delta": {"role": "assistant"}}]}]
             events += [{"choices": [{"index": 0, "delta": {"content": p}}]} for p in pieces]
+            for i, c in enumerate(calls or []):  # the name first, then the arguments in pieces
+                args, n = c["function"]["arguments"], stub.chunk_chars
+                events.append({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": i, "id": c["id"],
+                               "type": "function", "function": {"name": c["function"]["name"], "arguments": ""}}]}}]})
+                events += [{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": i, "function": {
+                    "arguments": args[k:k + n]}}]}}]} for k in range(0, len(args), n)]
             events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
             events.append({"choices": [], "usage": usage})
             lines = [f"data: {json.dumps(e, ensure_ascii=False)}\n\n" for e in events]
             lines += ["data: [DONE]\n\n"] if stub.done_marker else []
+            if fault == "endless_stream":  # the role event and the content, then the last piece forever
+                return self._repeat("".join(lines[:1 + len(pieces)]).encode(), lines[len(pieces)].encode())
+            if fault == "idle_stream":
+                return self._repeat(lines[0].encode(), lines[0].encode())
             for i, line in enumerate(lines):
                 if fault == "bad_stream" and i == 2:
                     line = "data: {not json\n\n"
@@ -255,9 +296,21 @@ def _handler_for(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
                 self._chunk(line.encode())
             self._chunk(b"")
 
+        def _repeat(self, head: bytes, again: bytes) -> None:
+            """Chunks of a body whose headers are sent: `head`, then `again` until the client hangs up."""
+            self._chunk(head)
+            try:
+                while True:
+                    self._chunk(again)
+                    time.sleep(0.001)
+            except OSError:  # the client closed the connection: what a bounded client does
+                self.close_connection = True
+
         def _chunk(self, data: bytes) -> None:
             self.wfile.write(f"{len(data):X}\r\n".encode() + data + b"\r\n")
             self.wfile.flush()
+            with stub._lock:
+                stub.bytes_sent += len(data)
 
         def _json(self, status: int, obj: dict) -> None:
             self._send(status, "application/json", json.dumps(obj, ensure_ascii=False).encode())

@@ -406,6 +406,26 @@ def test_stop_ends_the_run_after_the_step_in_progress(scripted):
     assert agent.run("again?").steps[0].kind == "action"  # the next run starts normally
 
 
+def test_a_stop_asked_before_the_run_ends_that_run(scripted):
+    model = scripted([CALL_2_10, "Final Answer: 1024"])
+    agent = Agent(model, tools=[Calculator()])
+    agent.stop()  # e.g. Stop pressed while the page was starting the run
+    result = agent.run("?")
+    assert (result.steps, result.stop_reason, model.calls) == ([], "stopped", [])
+    assert agent.run("again?").stop_reason == "final_answer"  # that stop is spent
+    agent.stop()
+    agent.cancel_stop()  # a stop that came too late for the run it meant
+    assert agent.run("once more?").stop_reason != "stopped"
+
+
+def test_a_stop_during_the_last_turn_skips_the_forced_answer(scripted):
+    model = scripted([CALL_2_10, "Final Answer: never asked"])
+    agent = Agent(model, tools=[Calculator()], max_turns=1)
+    agent.on_step = lambda step: agent.stop()
+    result = agent.run("?")
+    assert (result.stop_reason, len(model.calls)) == ("stopped", 1)
+
+
 @pytest.mark.parametrize("kwargs,words", [
     ({"max_turn": 3}, "unknown keyword argument(s) max_turn"),
     ({"temprature": 0.5}, "unknown keyword argument(s) temprature"),
@@ -452,7 +472,8 @@ def test_distill_prompt_is_bounded_and_fits_the_window(scripted):
     result = Agent(model, tools=[dump], distill_observations=True).run("?")
     distill_prompt = model.calls[1]["messages"][0]["content"]
     assert model.count_tokens(model.calls[1]["messages"]) <= 2048 - 256
-    assert "more characters cut" in distill_prompt and len(result.steps[0].raw_observation) == 1_000_000
+    assert "more characters cut" in distill_prompt
+    assert result.steps[0].raw_observation.endswith("[... 934464 more characters not kept ...]")
     assert result.steps[0].observation.endswith("the facts") and result.answer == "ok"
 
 
@@ -482,3 +503,24 @@ def test_a_hung_tool_becomes_a_timeout_observation_and_may_be_retried(scripted):
 def test_tool_timeout_must_be_positive_or_none(scripted, value):
     with pytest.raises(ValueError, match="tool_timeout"):
         Agent(scripted([]), tool_timeout=value)
+
+
+@tool
+def huge_page() -> str:
+    """A 7.5 MB page."""
+    return "word " * 1_500_000
+
+
+@pytest.mark.parametrize("cap", [4000, None])
+def test_huge_tool_output_is_kept_only_up_to_the_raw_cap(scripted, cap):
+    from tinyagent.format.observations import MAX_RAW_OBSERVATION_CHARS
+    from tinyagent.trace import dumps
+
+    agent = Agent(scripted(["Action: huge_page\nAction Input: {}", "Final Answer: long"]), tools=[huge_page],
+                  max_observation_chars=cap)
+    step = agent.run("read it").steps[0]
+    stored = step.raw_observation if step.raw_observation is not None else step.observation
+    assert len(stored) < MAX_RAW_OBSERVATION_CHARS + 100 and stored.endswith("more characters not kept ...]")
+    assert stored.startswith("word word") and len(dumps(step)) < 3 * MAX_RAW_OBSERVATION_CHARS
+    if cap is not None:
+        assert len(step.observation) < cap + 100

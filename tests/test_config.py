@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from tinyagent import config
-from tinyagent.config import ConfigError, load_config, model_overrides, select_tools
+from tinyagent.config import ConfigError, load, load_config, model_overrides, select_tools
+from tinyagent.models import embedded
 from tinyagent.secrets import redact
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,7 +36,8 @@ def test_defaults_are_the_embedded_model_with_all_tools():
     assert cfg.agent.tools == ["google_search", "calculator", "local_search"]
     assert cfg.generation_kwargs() == {"max_new_tokens": 512, "temperature": 0.0, "top_p": 1.0}
     assert cfg.agent.agent_kwargs() == {"lang": "auto", "max_turns": 5, "max_observation_chars": 4000,
-                                        "llm_fallback": False, "distill_observations": False, "constrained": True}
+                                        "llm_fallback": False, "distill_observations": False, "constrained": True,
+                                        "protocol": "react"}
 
 
 def test_default_yaml_matches_the_built_in_defaults():
@@ -88,7 +90,12 @@ def test_unknown_keys_name_the_key_and_the_file(tmp_path):
     ({"agent.max_turns": 0}, ["agent.max_turns", "at least 1"]),
     ({"agent.max_turns": "five"}, ["agent.max_turns", "an integer", '"five"']),
     ({"agent.max_turns": True}, ["agent.max_turns", "an integer"]),
-    ({"model.backend": "llamacpp"}, ["model.backend", "embedded, hf, internlm2, openai"]),
+    ({"model.backend": "onnx"}, ["model.backend", "embedded, hf, internlm2, llamacpp, openai"]),
+    ({"model.runtime": "onnx"}, ["model.runtime", "auto, llamacpp, hf"]),
+    ({"model.backend": "llamacpp"}, ["model.path", "backend llamacpp needs a .gguf file"]),
+    ({"model.backend": "llamacpp", "model.path": "/no/such.gguf"}, ["model.path", "no such GGUF file: /no/such.gguf"]),
+    ({"model.context_window": 4}, ["model.context_window", "at least 16"]),
+    ({"model.threads": 0}, ["model.threads", "at least 1"]),
     ({"agent.tools": ["calculator", "web"]}, ["unknown tool 'web'", "google_search, calculator, local_search"]),
     ({"agent.tools": "calculator"}, ["agent.tools", "a list of strings"]),
     ({"agent.tools": ["calculator", "calculator"]}, ["agent.tools", "twice"]),
@@ -103,10 +110,13 @@ def test_unknown_keys_name_the_key_and_the_file(tmp_path):
     ({"model.backend": "openai", "model.base_url": "localhost:8000"}, ["model.base_url", "not an http(s) URL"]),
     ({"model.backend": "openai", "model.base_url": "http://127.0.0.1:1/v1"}, ["model.name"]),
     ({"model.backend": "internlm2", "model.path": "internlm/x", "model.gguf_file": "a.gguf"},
-     ["model.gguf_file", "only used by backend hf"]),
+     ["model.gguf_file", "only used by backends hf and llamacpp"]),
     ({"model.backend": "hf", "model.path": "./no/such/folder"}, ["model.path", "no such model folder"]),
     ({"agent.corpus": "/no/such/corpus.jsonl"}, ["agent.corpus", "no such file"]),
     ({"model": "hf"}, ["model", "mapping"]),
+    ({"model.timeout": float("nan")}, ["model.timeout", "a finite number", "NaN"]),
+    ({"model.timeout": float("inf")}, ["model.timeout", "a finite number", "Infinity"]),
+    ({"generation.temperature": float("inf")}, ["generation.temperature", "a finite number"]),
 ])
 def test_bad_values_are_one_line_errors_naming_the_key(overrides, words):
     message = error_of(None, overrides)
@@ -121,11 +131,31 @@ def test_a_bad_value_blames_the_file_it_came_from(tmp_path):
     assert error_of(write(tmp_path, "", "ok.yaml"), {"agent.max_turns": 0}).startswith("agent.max_turns:")
 
 
+def test_yaml_nan_and_inf_are_refused(tmp_path):
+    assert "model.timeout: must be a finite number" in error_of(write(tmp_path, "model:\n  timeout: .nan\n"))
+    assert "model.timeout: must be a finite number" in error_of(write(tmp_path, "model:\n  timeout: .inf\n"))
+
+
 def test_unreadable_files_are_config_errors(tmp_path):
     assert "no such config file" in error_of(tmp_path / "missing.yaml")
     message = error_of(write(tmp_path, "model:\n  backend: [hf\n"))
     assert "not valid YAML" in message and "line" in message
     assert "must be a mapping" in error_of(write(tmp_path, "- a\n- b\n", "list.yaml"))
+
+
+def test_a_llamacpp_config_without_llama_cpp_installed_says_how_to_install_it(monkeypatch, tmp_path):
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setattr(load, "llamacpp_available", lambda: False)
+    for overrides, key in (({"model.backend": "llamacpp", "model.path": str(gguf)}, "model.backend"),
+                           ({"model.runtime": "llamacpp"}, "model.runtime")):
+        message = error_of(None, overrides)
+        assert message.startswith(f"{key}: the llama.cpp backend needs llama-cpp-python") and "\n" not in message
+    assert model_overrides(str(gguf)) == {"model.backend": "hf", "model.path": str(tmp_path), "model.gguf_file": "m.gguf"}
+    assert "model.gguf_file: no such GGUF file" in error_of(None, model_overrides(str(tmp_path / "none.gguf")))
+    monkeypatch.setattr(load, "llamacpp_available", lambda: True)
+    assert model_overrides(str(gguf)) == {"model.backend": "llamacpp", "model.path": str(gguf)}
+    assert "model.path: no such GGUF file" in error_of(None, model_overrides(str(tmp_path / "none.gguf")))
 
 
 def test_model_overrides_pick_the_backend(tmp_path):
@@ -141,7 +171,7 @@ def test_model_overrides_pick_the_backend(tmp_path):
     assert model_overrides(str(llama)) == {"model.backend": "hf", "model.path": str(llama)}
     assert model_overrides("internlm/internlm2-chat-1_8b")["model.backend"] == "internlm2"
     assert model_overrides("Qwen/Qwen2.5-1.5B-Instruct") == {"model.backend": "hf", "model.path": "Qwen/Qwen2.5-1.5B-Instruct"}
-    assert model_overrides(str(gguf)) == {"model.backend": "hf", "model.path": str(tmp_path), "model.gguf_file": gguf.name}
+    assert model_overrides(str(gguf))["model.backend"] in ("hf", "llamacpp")  # see the test above
     assert model_overrides("embedded") == {"model.backend": "embedded"}
     assert model_overrides("served", base_url="http://h:1/v1") == {
         "model.backend": "openai", "model.name": "served", "model.base_url": "http://h:1/v1"}
@@ -195,16 +225,26 @@ class Recorder:
 def test_build_model_maps_each_backend(monkeypatch, tmp_path, caplog):
     from tinyagent import models as llm
 
-    for name in ("HFChatModel", "InternLM2Chat", "OpenAIChatModel", "default_model"):
+    for name in ("HFChatModel", "InternLM2Chat", "OpenAIChatModel", "default_model", "LlamaCppModel"):
         monkeypatch.setitem(vars(llm), name, Recorder)
+    monkeypatch.setattr(embedded, "llamacpp_available", lambda: True)
+    monkeypatch.setattr(load, "llamacpp_available", lambda: True)
     Recorder.made = []
     gen = {"max_new_tokens": 64, "temperature": 0.0, "top_p": 1.0}
     local = {"max_batch": 8, "kept_prefixes": 16}
     config.build_model(load_config(None, {"generation.max_new_tokens": 64}))
-    assert Recorder.made[-1] == ((), {"dtype": "auto", **local, **gen})
+    assert Recorder.made[-1] == ((), {"runtime": "llamacpp", **local, **gen})
+    config.build_model(load_config(None, {"generation.max_new_tokens": 64, "model.runtime": "hf"}))
+    assert Recorder.made[-1] == ((), {"runtime": "hf", "dtype": "auto", **local, **gen})
     config.build_model(load_config(None, {"generation.max_new_tokens": 64, "model.device": "cuda",
                                           "model.max_batch": 32, "model.kept_prefixes": 64}))
-    assert Recorder.made[-1] == ((), {"device": "cuda", "dtype": "auto", "max_batch": 32, "kept_prefixes": 64, **gen})
+    assert Recorder.made[-1] == ((), {"runtime": "hf", "device": "cuda", "dtype": "auto", "max_batch": 32,
+                                      "kept_prefixes": 64, **gen})
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    config.build_model(load_config(None, {"model.backend": "llamacpp", "model.path": str(gguf), "model.threads": 1,
+                                          "generation.max_new_tokens": 64}))
+    assert Recorder.made[-1] == ((str(gguf),), {"threads": 1, **local, **gen})
     config.build_model(load_config(None, {"model.backend": "hf", "model.path": "org/m", "model.gguf_file": "m.gguf",
                                           "model.device": "cpu", "generation.max_new_tokens": 64}))
     assert Recorder.made[-1] == (("org/m",), {"device": "cpu", "dtype": "auto", "gguf_file": "m.gguf",

@@ -86,7 +86,7 @@ def test_an_unwritable_cache_falls_back_to_converting_each_time(fake_gguf, tmp_p
 
 
 @pytest.mark.slow
-def test_the_embedded_model_loads_from_the_cache_the_second_time(embedded_model, model_cache, monkeypatch):
+def test_the_embedded_model_loads_from_the_cache_the_second_time(embedded_hf, model_cache, monkeypatch):
     """The session's first load of the embedded model filled the (temporary) cache; a second load reads
     it without converting, with the tokenizer the GGUF file itself gives and the same weights."""
     import torch
@@ -100,7 +100,7 @@ def test_the_embedded_model_loads_from_the_cache_the_second_time(embedded_model,
         raise AssertionError("converted again")
 
     monkeypatch.setattr(gguf_cache, "_convert", no_conversion)
-    dtype = embedded_model.model.dtype
+    dtype = embedded_hf.model.dtype
     model, tokenizer = load_hf(str(path.parent), device="cpu", dtype=dtype, gguf_file=path.name)
     direct = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     text = "Thought: 周杰伦 was born in 1979.<|im_end|>\nObservation: 72"
@@ -108,7 +108,7 @@ def test_the_embedded_model_loads_from_the_cache_the_second_time(embedded_model,
     assert (tokenizer.chat_template, tokenizer.all_special_tokens) == (direct.chat_template, direct.all_special_tokens)
     ids = torch.tensor([direct(text)["input_ids"]])
     with torch.inference_mode():
-        assert torch.equal(model(ids).logits, embedded_model.model(ids).logits)
+        assert torch.equal(model(ids).logits, embedded_hf.model(ids).logits)
 
 
 def test_a_full_disk_while_writing_falls_back_and_leaves_nothing_behind(fake_gguf, monkeypatch, caplog):

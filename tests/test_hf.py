@@ -183,7 +183,7 @@ def test_sampling_is_used_when_temperature_is_positive(no_reuse):
 def test_unknown_option_is_rejected_with_the_valid_ones(model):
     with pytest.raises(TypeError, match=r"HFChatModel.generate\(\) got unknown keyword argument\(s\) 'seed'; "
                                         r"valid: constraint, max_line_tokens, max_new_tokens, no_repeat_ngram_size, on_text, "
-                                        r"repetition_penalty, temperature, top_p$"):
+                                        r"repetition_penalty, temperature, tools, top_p$"):
         model.generate(QUESTION, max_new_tokens=2, seed=3)
 
 
@@ -493,3 +493,43 @@ def test_a_stop_string_mid_line_does_not_end_the_reply_but_one_at_its_start_does
     text = "Thought: done\nFinal Answer: My Observation: it is 5"
     assert str(forced_reply(no_reuse, QUESTION, text, list(STOP_WORDS))) == text
     assert str(forced_reply(no_reuse, QUESTION, "Observation: invented\nThought: x", list(STOP_WORDS))) == ""
+
+
+# --- the reply's text, decoded a window at a time (issue 22) -----------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tinyagent.engine.streaming import ReplyText  # noqa: E402
+
+REPLY_PIECES = ["Thought:", " 周杰伦", " was born in", " 1979", ".\n", "Action Input: ", '{"q": "é"}', "😀", "  ", "<|im_end|>"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(REPLY_PIECES), min_size=1, max_size=12), st.integers(0, 3))
+def test_reply_text_grows_token_by_token_into_the_whole_decode(model, pieces, context):
+    """At every length the incremental text is the full decode less any unfinished character at its end,
+    and at the end it is the full decode, as `decode_new` gives it."""
+    prompt = model.encode_prompt(model.render_prompt(QUESTION))[: len(QUESTION) + context + 10]
+    new = model.encode_text("".join(pieces))
+    reply = model._reply_text(prompt)
+    for n in range(1, len(new) + 1):
+        text = reply(new[:n])
+        whole = model.decode_new(prompt, new[:n])
+        rest = whole[len(text):]
+        assert whole.startswith(text) and "\ufffd" not in text
+        assert rest == "" or rest.endswith("\ufffd")  # all but a character still being written
+    assert reply(new) == model.decode_new(prompt, new)
+
+
+def test_reply_text_decodes_a_short_window_per_token(model):
+    calls: list[int] = []
+
+    def decode(ids):
+        calls.append(len(ids))
+        return model.tokenizer.decode(ids, skip_special_tokens=True)
+
+    reply = ReplyText(decode, [])
+    new = model.encode_text("word " * 200)
+    assert reply(new) == model.tokenizer.decode(new, skip_special_tokens=True)
+    assert max(calls) <= 4 and len(calls) == 2 * len(new)  # never the whole reply

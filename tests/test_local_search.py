@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tinyagent import Agent
 from tinyagent.tools import CorpusError, LocalSearch, ToolArgumentError, ToolError
@@ -178,12 +180,27 @@ def test_directory_is_not_a_corpus(tmp_path):
     (['{"title": "A", "text": "   "}'], r"line 1: the record needs a non-empty string 'text'"),
     (['{"title": 5, "body": "x"}'], r"line 1: .*'title' and 'text'"),
     (["", "  "], r"the corpus is empty"),
+    (['{"title": "A", "text": "x"}', '{"title": ' + "[" * 100_000 + "]" * 100_000 + "}"],
+     r"line 2: JSON nested too deeply to read"),
+    (['{"title": "A", "text": ' + "9" * 5000 + "}"], r"line 1: not valid JSON"),
 ])
 def test_bad_records_name_the_line(tmp_path, lines, message):
     path = write_corpus(tmp_path / "bad.jsonl", lines)
     with pytest.raises(CorpusError, match=message) as err:
         LocalSearch(corpus_path=path)
     assert "\n" not in str(err.value) and "bad.jsonl" in str(err.value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(['{"title": ', '"A"', ', "text": ', '"x"', "}", "{", "[", "]", "[" * 3000, "]" * 3000,
+                                 "1e999", "NaN", "9" * 5000, '"\\ud800"', "\x00", ",", ":", "null", "\ufeff"]),
+                max_size=12).map("".join))
+def test_every_malformed_line_is_a_one_line_corpus_error(tmp_path_factory, line):
+    path = write_corpus(tmp_path_factory.mktemp("corpus") / "c.jsonl", [line])
+    try:
+        LocalSearch(corpus_path=path)
+    except CorpusError as e:
+        assert "\n" not in str(e) and "c.jsonl" in str(e)
 
 
 def test_non_utf8_line_is_named(tmp_path):

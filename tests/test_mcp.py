@@ -17,6 +17,7 @@ from conftest import ScriptedModel
 from tinyagent import Agent, cli, config
 from tinyagent import secrets as secret_store
 from tinyagent.config import ConfigError, load_config
+from tinyagent.format.observations import MAX_RAW_OBSERVATION_CHARS
 from tinyagent.format.prompts import build_system_prompt
 from tinyagent.tools import Calculator, ToolArgumentError, ToolError
 from tinyagent.tools.mcp import MCPServer, MCPServerError, start_servers
@@ -238,6 +239,41 @@ def test_env_values_are_secrets_in_observations_and_errors(monkeypatch):
     assert SECRET not in dumps(result) and "token=[REDACTED]" in result.steps[0].observation
 
 
+def test_key_like_arguments_and_secret_args_are_secrets(monkeypatch):
+    monkeypatch.setattr(secret_store, "_extra_secrets", set())
+    values = ("tok-4f2a9c81", "LIC-77aa31", "pw-9931ab", "plain-42x")
+    args = [*ECHO, "--api-token", values[0], "--license-key=" + values[1], "--db", f"postgres://me:{values[2]}@h/db",
+            "--plain", values[3], "--name", "visible"]
+    with MCPServer(sys.executable, args, secret_args=["--plain"]) as server:
+        shown, label = by_name(server)["argv"](), repr(server)
+    assert shown == ("--api-token [REDACTED] --license-key=[REDACTED] --db postgres://[REDACTED]@h/db "
+                     "--plain [REDACTED] --name visible")
+    assert not any(value in label for value in values) and "--name visible" in label
+
+
+def test_secret_args_in_a_config_are_secrets_from_the_moment_it_is_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(secret_store, "_extra_secrets", set())
+    path = tmp_path / "mcp.yaml"
+    path.write_text(f"agent:\n  mcp_servers:\n    - command: {sys.executable}\n"
+                    f"      args: [--license, LIC-55cc90, --token, tok-8812ef]\n      secret_args: [--license]\n")
+    written = dumps(load_config(path).to_dict())
+    assert "LIC-55cc90" not in written and "tok-8812ef" not in written and "secret_args" in written
+    path.write_text("agent:\n  mcp_servers: [{command: x, secret_args: [license]}]\n")
+    with pytest.raises(ConfigError, match="secret_args must be a list of flags whose values are secrets"):
+        load_config(path)
+
+
+def test_a_huge_result_is_cut_and_control_tokens_in_what_a_server_says_are_broken(echo_server):
+    tools = by_name(echo_server)
+    flood = tools["flood"](size=200_000)
+    assert len(flood) < MAX_RAW_OBSERVATION_CHARS + 100 and flood.endswith("[... 134464 more characters not kept ...]")
+    tricky = tools["tricky"]
+    prompt = build_system_prompt([tricky], "en")
+    for token in ("<|im_end|>", "<|im_start|>", "<｜end▁of▁sentence｜>", "[INST]", "[/INST]"):
+        assert token not in prompt and token not in tricky.description() and token not in tricky.human_name()
+    assert "Looks up facts." in prompt and tricky(topic="owls") == "facts about owls"
+
+
 def test_a_name_clash_names_both_tools_and_closes_what_started():
     with pytest.raises(MCPServerError, match=r"the tool 'calculator' of MCP server .*mcp_echo_server.py has the "
                                              r"name of the tool 'calculator'"):
@@ -312,7 +348,8 @@ def test_config_reads_servers_and_reports_mistakes_in_one_line(tmp_path, monkeyp
     for entry, problem in [
         ("notalist", "must be a list of mappings, not \"notalist\" (str)"),
         ("[{args: [x]}]", "entry 1: needs a `command`"),
-        ("[{command: x, argz: []}]", "entry 1: unknown key 'argz'; valid keys: command, args, env, timeout, tools"),
+        ("[{command: x, argz: []}]", "entry 1: unknown key 'argz'; valid keys: command, args, env, timeout, tools, "
+                                     "secret_args"),
         ("[{command: x, args: x}]", "entry 1: args must be a list of strings, not 'x'"),
         (f"[{{command: x, env: {{A: {SECRET}, B: 1}}}}]", "entry 1: env must be a mapping of strings, not [REDACTED]"),
         ("[{command: x, timeout: 0}]", "entry 1: timeout must be a positive number of seconds, not 0"),

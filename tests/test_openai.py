@@ -20,6 +20,7 @@ from tinyagent.format.messages import FOLD_INSTRUCTION
 from tinyagent.format.prompts import STOP_WORDS
 from tinyagent.http import RequestFailed
 from tinyagent.models import OpenAIChatModel
+from tinyagent.text import estimate_tokens
 from tinyagent.tools import Calculator
 
 KEY = "sk-test-6f1c2e9a-do-not-leak"
@@ -178,8 +179,13 @@ def test_agent_calls_a_tool_and_answers_through_the_stub(stream):
     assert second["messages"][-1]["content"].endswith("Observation: 42\n")
     assert "made up" not in second["messages"][-1]["content"]
     assert stub.requests[0]["headers"]["Authorization"] == f"Bearer {KEY}"
-    assert result.completion_tokens == count_words(TOOL_REPLY) + count_words(FINAL_REPLY)
-    if stream:
+    assert result.steps[1].completion_tokens == count_words(FINAL_REPLY)  # the server's count
+    if not stream:
+        assert result.steps[0].completion_tokens == count_words(TOOL_REPLY)
+    else:  # the stream was closed at the stop string, before the server's count came: estimated
+        shown = TOOL_REPLY[:TOOL_REPLY.index("\nObservation:")]
+        pieces = -(-(len(shown) + len("\nObservation:")) // 3)  # the stub's 3-character pieces up to the stop
+        assert result.steps[0].completion_tokens == max(pieces, estimate_tokens(shown))
         assert "".join(chunks) == TOOL_REPLY[:TOOL_REPLY.index("\nObservation:")] + FINAL_REPLY
         assert not any("Obs" in c for c in chunks)
 
@@ -223,7 +229,7 @@ def test_unknown_generation_keywords_are_rejected_before_any_request():
     with OpenAIStub("Final Answer: ok") as stub:
         model = stub_model(stub)
         with pytest.raises(TypeError, match=r"generate\(\) got unknown keyword argument\(s\) 'max_tokens', 'seed'; "
-                                            r"valid: constraint, max_new_tokens, on_text, temperature, top_p$"):
+                                            r"valid: constraint, max_new_tokens, on_text, temperature, tools, top_p$"):
             model.generate(USER, max_tokens=5, seed=1)
         assert stub.requests == []
         model.generate(USER, max_new_tokens=5, on_text=None, constraint=None)  # what the agent passes
@@ -335,3 +341,44 @@ def test_a_stalled_stream_names_the_url_and_how_far_it_got():
             model.generate(USER, on_text=seen.append)
     assert f"the stream from {model.url} broke off after 4 characters: no data for 0.3s (timeout)" == str(e.value)
     assert seen == ["Fina"] and stub.chat_requests == 1  # text already shown is not asked for twice
+
+
+# --- the tools protocol: tools= in the request, tool_calls in the response -------------------------------
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tool_calls_from_a_server_run_and_go_back_with_their_ids(stream):
+    two = {"content": None, "tool_calls": [{"name": "calculator", "arguments": '{"expression": "6*7"}'},
+                                           {"name": "calculator", "arguments": '{"expression": "6+7"'}]}  # brace lost
+    with OpenAIStub(replies=[two, "42 and 13"]) as stub:
+        chunks: list[str] = []
+        agent = Agent(stub_model(stub), tools=[Calculator()], protocol="tools",
+                      on_text=chunks.append if stream else None)
+        result = agent.run("6*7 and 6+7?")
+        first, second = (r["body"] for r in stub.requests)
+    assert result.answer == "42 and 13" and [s.observation for s in result.steps[:2]] == ["42", "13"]
+    assert first["tools"][0]["function"]["name"] == "calculator" and "stop" not in first
+    assistant, *results = second["messages"][2:]
+    assert [c["id"] for c in assistant["tool_calls"]] == ["call_0", "call_1"]
+    assert [(m["role"], m["tool_call_id"], m["content"]) for m in results] == [
+        ("tool", "call_0", "42"), ("tool", "call_1", "13")]
+
+
+def test_a_server_that_ignores_tools_is_read_from_its_text_and_broken_calls_are_observations():
+    replies = ['<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+2"}}\n</tool_call>',
+               {"tool_calls": [{"name": "calculator", "arguments": "{expression: }"}]}, "4"]
+    with OpenAIStub(replies=replies) as stub:
+        result = Agent(stub_model(stub), tools=[Calculator()], protocol="tools").run("2+2?")
+    assert [s.kind for s in result.steps] == ["action", "bad_input", "final_answer"]
+    assert "Error: bad arguments for calculator" in result.steps[1].observation
+
+
+def test_real_server_renders_tools_with_its_chat_template(server):
+    """`transformers serve` takes tools= (the tiny model's ChatML template ignores them, so the prompt is
+    the same), and a tools run through it ends with an answer or an error observation, never a traceback."""
+    model = real_model(server)
+    tools = [{"type": "function", "function": {"name": "calculator", "parameters": {"type": "object"}}}]
+    with_tools = model.generate(USER, tools=tools, max_new_tokens=4)
+    assert with_tools.prompt_tokens == model.generate(USER, max_new_tokens=4).prompt_tokens
+    result = Agent(model, [Calculator()], protocol="tools", max_turns=2).run("What is 6 times 7?")
+    assert result.protocol == "tools" and result.stop_reason in ("final_answer", "max_turns", "no_forced_answer")
+    assert all(s.kind.has_reply for s in result.steps)

@@ -1,6 +1,7 @@
 """Property-based tests: the parsers and the calculator never fail on arbitrary text."""
 from __future__ import annotations
 
+import re
 import time
 
 from hypothesis import HealthCheck, example, given, settings
@@ -9,7 +10,7 @@ from hypothesis import strategies as st
 from tinyagent.format.arguments import ActionInputError
 from tinyagent.format.observations import neutralize_control_tokens
 from tinyagent.format.reading import OBSERVATION, READING_KINDS, read_step
-from tinyagent.text import detect_lang
+from tinyagent.text import StopHoldback, detect_lang, mask_thinking
 from tinyagent.tools import Calculator
 from tinyagent.tools.calculator import CalculatorError, evaluate
 from tinyagent.tutorial import (
@@ -105,3 +106,34 @@ def test_huge_inputs_are_bounded():
         except CalculatorError:
             pass
     assert time.perf_counter() - start < 10.0
+
+
+def masked_by_definition(text: str) -> str:
+    """The reasoning blocks blanked, spelt out as three regex passes (quadratic, fine for short text)."""
+    text = re.sub(r"<think>.*?</think>", lambda m: " " * len(m.group(0)), text, flags=re.DOTALL | re.IGNORECASE)
+    close = max((m.end() for m in re.finditer(r"</think>", text, re.IGNORECASE)), default=0)
+    text = " " * close + text[close:]
+    first = re.search(r"<think>", text, re.IGNORECASE)
+    return text if first is None else text[:first.start()] + " " * (len(text) - first.start())
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(["<think>", "</think>", "<THINK>", "</Think>", "<think", "a", " b", "\n",
+                                 "Observation:"]), max_size=12).map("".join))
+def test_mask_thinking_blanks_what_the_definition_says(text):
+    assert mask_thinking(text) == masked_by_definition(text)
+
+
+def test_a_reply_full_of_think_fragments_is_masked_in_one_pass():
+    """200,000 unclosed `<think>` fragments (1.8 MB): a lazy `<think>.*?</think>` scans to the end from
+    each one (about 10^11 steps); one pass over the tags does not. Streamed, it is masked at every update."""
+    reply = "<think> a" * 200_000
+    assert mask_thinking(reply) == " " * len(reply)
+    sent = []
+    holdback = StopHoldback(sent.append, ["\nObservation:"])
+    text = ""
+    for _ in range(2000):
+        text += "<think> a"
+        holdback.update(text)
+    holdback.finish(text)
+    assert "".join(sent) == text

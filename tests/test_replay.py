@@ -210,9 +210,10 @@ def internlm2_dir(bench, tmp_path_factory):
     """The "tiny" checkpoint with a smaller vocabulary: with a sentencepiece tokenizer every generate call
     with stop strings reads the whole vocabulary (transformers' StopStringCriteria), too slow for a test."""
     from make_random_internlm2 import SHAPES, write_checkpoint
+    from recorded import tokenizer_texts
 
     folder = tmp_path_factory.mktemp("bench") / "internlm2-tiny"
-    texts = bench.tokenizer_texts(bench.load_episodes(sorted(bench.EPISODES.glob("*.jsonl"))))
+    texts = tokenizer_texts(bench.load_episodes(sorted(bench.EPISODES.glob("*.jsonl"))))
     return write_checkpoint(folder, {**SHAPES["tiny"], "vocab_size": 8192}, texts)
 
 
@@ -233,10 +234,11 @@ def test_bench_command_writes_its_figures(bench, internlm2_dir, tmp_path):
     out = tmp_path / "figures.json"
     bench.main(["--random-internlm2-tiny", "--checkpoint-dir", str(internlm2_dir.parent), "--only",
                 "en-speed-of-light", "--device", "cpu", "--json", str(out)])
-    figures = json.loads(out.read_text())
-    assert set(figures["modes"]) == {"original", "stop", "tinyagent"}
+    report = json.loads(out.read_text())
+    figures = report["backends"]["hf"]
+    assert set(report["backends"]) == {"hf"} and set(figures["modes"]) == {"original", "stop", "tinyagent"}
     for mode, sums in figures["modes"].items():
-        rows = [r for r in figures["episodes"] if r["mode"] == mode]
+        rows = [r for r in report["episodes"] if r["mode"] == mode and r["backend"] == "hf"]
         assert sums["tokens_processed"] == sum(r["tokens_processed"] for r in rows) > 0
         assert {"lower_bound_tokens", "decoded_discarded", "wall_seconds"} <= set(sums)
     assert figures["modes"]["original"]["decoded_discarded"] > 0 == figures["modes"]["stop"]["decoded_discarded"]
@@ -254,9 +256,28 @@ def test_bench_concurrency_replays_the_episodes_as_agents_at_once(bench, internl
     out = tmp_path / "figures.json"
     bench.main(["--random-internlm2-tiny", "--checkpoint-dir", str(internlm2_dir.parent), "--device", "cpu",
                 "--no-replay", "--concurrency", "3", "--json", str(out)])
-    c = json.loads(out.read_text())["concurrency"]
+    c = json.loads(out.read_text())["backends"]["hf"]["concurrency"]
     assert c["agents"] == len(c["episodes"]) == 3  # three different episodes, one per agent
     assert c["longest_agent_decoded"] <= c["batched_decode_passes"] < c["decoded"]  # passes were shared
     assert c["tokens_processed"] <= c["lower_bound_tokens"]  # the shared system prompt is copied, not recomputed
     assert c["shared_prefix_tokens"] > 0 and c["sequential_seconds"] > 0 and c["concurrent_seconds"] > 0
     assert c["decoded_per_s"] == round(c["decoded"] / c["concurrent_seconds"], 1)
+
+
+@pytest.mark.slow
+def test_an_episode_replayed_on_llamacpp_feeds_the_lower_bound_by_llamacpps_own_count(bench):
+    """The recorded replies forced through LlamaCppModel (numpy logits): the agent gets the recorded episode,
+    and llama.cpp's own counters (llama_perf_context) say each token of the transcript went through once."""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    from runtimes import strategy_models
+
+    from tinyagent.models.embedded import embedded_gguf_path
+    from tinyagent.models.llamacpp import LlamaCppModel
+
+    models = strategy_models(LlamaCppModel(embedded_gguf_path()))
+    episode = next(e for e in bench.load_episodes(sorted(bench.EPISODES.glob("*.jsonl"))) if e.id == "en-speed-of-light")
+    tiny = bench.replay_episode(episode, "tinyagent", models["tinyagent"], 512)
+    assert tiny["tokens_processed"] == tiny["lower_bound_tokens"] and tiny["reused_tokens"] > 1000
+    stop = bench.replay_episode(episode, "stop", models["stop"], 512)
+    assert stop["reused_tokens"] == 0 and stop["tokens_processed"] > 2 * tiny["tokens_processed"]
+    assert stop["decoded_tokens"] == tiny["decoded_tokens"] and stop["decode_passes"] == tiny["decode_passes"]

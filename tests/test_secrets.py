@@ -119,3 +119,57 @@ def test_usage_errors_do_not_leak(tmp_path):
     proc, trace = run_cli(["ask", "--tools", f"nope,{OPENAI_KEY}", "hi"], tmp_path)
     assert proc.returncode == 2
     assert_no_secret(proc.stdout, proc.stderr, trace)
+
+
+# --- credentials in URLs ---------------------------------------------------------------------------
+
+URL_PASSWORD, URL_KEY = "hunter2-pw-8841", "qk-77889900aa"
+CRED_URL = f"http://bob:{URL_PASSWORD}@127.0.0.1:9/v1?api-key={URL_KEY}&model=x"
+
+
+def test_any_urls_credentials_are_stripped_from_what_is_shown():
+    from tinyagent.secrets import redact, secret_scope
+
+    with secret_scope(fresh=True):
+        text = (f"calling {CRED_URL} and https://ghp_token1234@github.com/x?access_token=zz99&sig=ab12"
+                "&author=me&page=2, then mailto:someone@example.org")
+        assert redact(text) == ("calling http://[REDACTED]@127.0.0.1:9/v1?api-key=[REDACTED]&model=x and "
+                                "https://[REDACTED]@github.com/x?access_token=[REDACTED]&sig=[REDACTED]&author=me"
+                                "&page=2, then mailto:someone@example.org")
+
+
+def test_a_base_urls_credentials_become_secrets_of_the_model(caplog):
+    import logging
+
+    from tinyagent.http import RequestFailed
+    from tinyagent.models import OpenAIChatModel
+    from tinyagent.secrets import redact, secret_scope
+
+    caplog.set_level(logging.DEBUG)
+    with secret_scope(fresh=True):
+        model = OpenAIChatModel(CRED_URL.split("?")[0] + f"?api-key={URL_KEY}", "m", max_retries=0, timeout=2)
+        with pytest.raises(RequestFailed) as e:
+            model.generate([{"role": "user", "content": "hi"}])
+        shown = [repr(model), str(e.value), caplog.text, redact(f"the password is {URL_PASSWORD}, key {URL_KEY}")]
+    for text in shown:
+        assert URL_PASSWORD not in text and URL_KEY not in text
+    assert "127.0.0.1:9" in str(e.value) and "[REDACTED]" in repr(model)
+
+
+def test_credentials_in_the_base_url_appear_in_no_output(tmp_path):
+    proc, trace = run_cli(["ask", "--base-url", CRED_URL, "--model", "m", "--verbose", "hi"], tmp_path)
+    assert proc.returncode == 1 and "127.0.0.1:9" in proc.stderr
+    for text in (proc.stdout, proc.stderr, trace):
+        assert URL_PASSWORD not in text and URL_KEY not in text and "bob:" not in text
+
+
+@pytest.mark.parametrize("at", [170, 185, 199])
+def test_a_key_straddling_the_cut_of_a_server_error_leaks_no_part(at):
+    from tinyagent.models.sse import error_detail
+    from tinyagent.secrets import register_secret, secret_scope
+
+    key = "sk-echoed-0123456789abcdefghijklmnopqrstuvwxyz"
+    with secret_scope(fresh=True):
+        register_secret(key)
+        detail = error_detail({"error": {"message": "y" * at + key + " is not valid"}})
+    assert detail.startswith("y" * min(at, 197)) and not any(key[:k] in detail for k in range(4, len(key) + 1))

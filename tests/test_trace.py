@@ -7,10 +7,18 @@ import logging
 
 import pytest
 
-from tinyagent import Agent
-from tinyagent.secrets import REDACTED, redact, register_secret, secret_scope, secrets
+from tinyagent import Agent, tool
+from tinyagent.secrets import (
+    MAX_REDACT_DEPTH,
+    NESTED_TOO_DEEPLY,
+    REDACTED,
+    redact,
+    register_secret,
+    secret_scope,
+    secrets,
+)
 from tinyagent.tools import Calculator, GoogleSearch
-from tinyagent.trace import TraceWriter, dumps
+from tinyagent.trace import MAX_DEPTH, TraceWriter, dumps
 
 
 def test_redact_env_and_registered_secrets(monkeypatch):
@@ -125,6 +133,41 @@ def test_trace_writer_writes_one_redacted_line_per_step(tmp_path, scripted, monk
 
 def test_dumps_handles_any_value():
     assert json.loads(dumps({"x": object.__new__(object).__class__})) == {"x": "<class 'object'>"}
+
+
+def test_records_nested_past_the_limit_are_cut_not_recursed():
+    deep: dict = {}
+    inner = deep
+    for _ in range(5000):  # far past Python's recursion limit
+        inner["a"] = {}
+        inner = inner["a"]
+    line = json.loads(dumps({"arguments": deep}))
+    depth, node = 0, line
+    while isinstance(node, dict):
+        node, depth = node.get("arguments", node.get("a")), depth + 1
+    assert node == NESTED_TOO_DEEPLY and depth == MAX_DEPTH
+    node, depth = redact(deep), 0  # redact walks any value, stopping at its own cap
+    while isinstance(node, dict):
+        node, depth = node["a"], depth + 1
+    assert node == NESTED_TOO_DEEPLY and depth == MAX_REDACT_DEPTH
+
+
+def test_deep_arguments_to_a_dict_tool_are_an_error_observation_and_the_traced_run_goes_on(tmp_path, scripted):
+    @tool
+    def store(data: dict) -> str:
+        """Store data."""
+        return "stored"
+
+    deep = '{"data": ' + '{"a": ' * 900 + "1" + "}" * 900 + "}"  # ~6 KB, under the argument size cap
+    blob = '{"action": "store", "action_input": ' + deep + "}"
+    with TraceWriter(tmp_path / "t.jsonl") as trace:
+        agent = Agent(scripted([f"Action: store\nAction Input: {deep}", blob, "Final Answer: ok"]),
+                      tools=[store], on_step=lambda step: trace.write(step))
+        result = agent.run("store it")
+    assert [s.kind for s in result.steps] == ["bad_input", "malformed", "final_answer"] and result.answer == "ok"
+    assert "nested 901 levels deep (the limit is 20)" in result.steps[0].observation
+    assert "nested 902 levels deep" in result.steps[1].observation
+    assert len((tmp_path / "t.jsonl").read_text().splitlines()) == 3
 
 
 def test_a_failing_tool_logs_its_traceback_without_the_key(user_log, scripted):

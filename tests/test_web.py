@@ -16,6 +16,7 @@ import threading
 
 import gradio
 import pytest
+import requests
 from conftest import ScriptedModel
 from gradio_client import Client
 from live_model import PAUSE, WAIT_S, LiveModel, agents_of, lookup
@@ -23,7 +24,7 @@ from openai_stub import OpenAIStub
 from test_cli import ROOT, SEARCH_THEN_ANSWER, SECRET, TINYAGENT, free_port
 from test_mcp import live_children
 
-from tinyagent import cli, web
+from tinyagent import cli, web, web_reply
 from tinyagent import secrets as secret_store
 from tinyagent.agent import Agent
 from tinyagent.tools.base import tool
@@ -38,10 +39,10 @@ def start_page(monkeypatch):
     monkeypatch.setattr(secret_store, "_extra_secrets", set())
     pages = []
 
-    def start(factory) -> str:
-        page = web.ChatPage(factory, "Model: scripted.").build()
+    def start(factory, auth=None, **limits) -> str:
+        page = web.ChatPage(factory, "Model: scripted.", **limits).build()
         pages.append(page)
-        return web.serve(page, "127.0.0.1", free_port())[0]
+        return web.serve(page, "127.0.0.1", free_port(), auth=auth)[0]
 
     yield start
     for page in pages:
@@ -52,15 +53,47 @@ def text(message: dict) -> str:
     return "".join(part["text"] for part in message["content"])
 
 
-def follow(job, *checkpoints) -> list[list[dict]]:
+class Visitor:
+    """One visitor of the page through its HTTP API, keeping the session id the page hands out (the page
+    itself keeps it in a hidden field): /respond takes (question, id) and gives (chat, box, id, and the
+    approval card's text, arguments and reason)."""
+
+    def __init__(self, url: str, **kwargs):
+        self.client, self.key = Client(url, verbose=False, **kwargs), ""
+
+    def ask(self, question: str) -> tuple[list[dict], str]:
+        chat, box, self.key, *_card = self.client.predict(question, self.key, api_name="/respond")
+        return chat, box
+
+    def submit(self, question: str):
+        return self.client.submit(question, self.key, api_name="/respond")
+
+    def joined(self, job) -> str:
+        """The session id of a running (or finished) job: its latest output's (waiting for a first one)."""
+        self.key = (job.outputs() or [next(job)])[-1][2]
+        return self.key
+
+    def stop(self) -> None:
+        self.client.predict(self.key, api_name="/stop")
+
+    def approve(self, decision: str, arguments: str = "", reason: str = "") -> bool:
+        return self.client.predict(decision, arguments, reason, self.key, api_name="/approve")
+
+    def clear(self) -> list:
+        return self.client.predict(self.key, api_name="/clear")
+
+
+def follow(job, *checkpoints, visitor: Visitor | None = None) -> list[list[dict]]:
     """Every chat the job streamed. `checkpoints` are (predicate, action) pairs, taken in order: the
     action runs at the first chat that meets its predicate; all must be met."""
     chats, waiting = [], list(checkpoints)
-    for chat, _box in job:
+    for chat, *_ in job:
         chats.append(chat)
         if waiting and waiting[0][0](chat):
             waiting.pop(0)[1]()
     chats.append(job.result()[0])
+    if visitor is not None:
+        visitor.key = job.result()[2]
     assert not waiting, f"{len(waiting)} checkpoint(s) never seen on the page"
     return chats
 
@@ -77,11 +110,11 @@ def test_two_turns_stream_steps_in_order_and_keep_history(start_page):
         "Thought: The first turn named him.\nFinal Answer: Jay (2000)",
         "Final Answer: no history here",
     ])
-    client = Client(start_page(agents_of(model)), verbose=False)
+    client = Visitor(start_page(agents_of(model)))
 
-    chats = follow(client.submit("Which year was Jay Chou born?", api_name="/respond"),
+    chats = follow(client.submit("Which year was Jay Chou born?"),
                    (lambda chat: pending_text(chat) == "Thought: I need to look", model.resume.release),
-                   (lambda chat: pending_text(chat) == "Thought: I now", model.resume.release))
+                   (lambda chat: pending_text(chat) == "Thought: I now", model.resume.release), visitor=client)
 
     def first(predicate) -> int:
         return next(i for i, chat in enumerate(chats) if predicate(chat))
@@ -103,15 +136,15 @@ def test_two_turns_stream_steps_in_order_and_keep_history(start_page):
     assert answer["metadata"] is None
     assert text(answer).startswith("1979\n\n*[2 steps, 110 tokens (100 prompt + 10 generated), ")
 
-    second, _ = client.predict("What was his first album?", api_name="/respond")
+    second, _ = client.ask("What was his first album?")
     assert second[:4] == final and text(second[4]) == "What was his first album?"
     assert text(second[-1]).startswith("Jay (2000)\n\n*[1 step, ")
     sent = model.calls[2]["messages"]
     assert [m["content"] for m in sent if m["role"] != "system"][:3] == [
         "Which year was Jay Chou born?", "1979", "What was his first album?"]
 
-    assert client.predict(api_name="/clear") == []
-    after, _ = client.predict("Anything?", api_name="/respond")
+    assert client.clear() == []
+    after, _ = client.ask("Anything?")
     assert [text(m) for m in after if m["role"] == "user"] == ["Anything?"]
     assert [m["role"] for m in model.calls[3]["messages"]] == ["system", "user"]
 
@@ -137,12 +170,13 @@ class EchoModel(ScriptedModel):
 
 def test_two_clients_run_at_once_and_keep_separate_histories(start_page):
     url = start_page(agents_of(EchoModel(together=2)))
-    alice, bob = Client(url, verbose=False), Client(url, verbose=False)
-    jobs = [alice.submit("apple", api_name="/respond"), bob.submit("banana", api_name="/respond")]
+    alice, bob = Visitor(url), Visitor(url)
+    jobs = [alice.submit("apple"), bob.submit("banana")]
     firsts = [job.result()[0] for job in jobs]   # each waited at the barrier for the other: concurrent
+    assert alice.joined(jobs[0]) != bob.joined(jobs[1])
     assert text(firsts[0][-1]).startswith("heard apple\n") and text(firsts[1][-1]).startswith("heard banana\n")
-    chat_a, _ = alice.predict("apricot", api_name="/respond")
-    chat_b, _ = bob.predict("blueberry", api_name="/respond")
+    chat_a, _ = alice.ask("apricot")
+    chat_b, _ = bob.ask("blueberry")
     assert text(chat_a[-1]).startswith("heard apple | apricot\n")
     assert text(chat_b[-1]).startswith("heard banana | blueberry\n")
     assert [text(m) for m in chat_a if m["role"] == "user"] == ["apple", "apricot"]
@@ -164,19 +198,20 @@ def test_stop_ends_the_run_after_the_step_in_progress(start_page):
         'Thought: search again.\nAction: slow_search\nAction Input: {"query": "y"}',
         "Final Answer: never reached",
     ])
-    client = Client(start_page(agents_of(model, tools=[slow_search])), verbose=False)
-    job = client.submit("Find x", api_name="/respond")
+    client = Visitor(start_page(agents_of(model, tools=[slow_search])))
+    job = client.submit("Find x")
     assert entered.wait(WAIT_S)
-    busy = client.predict("Meanwhile?", api_name="/respond")   # one run at a time per conversation
+    client.joined(job)
+    busy = client.ask("Meanwhile?")   # one run at a time per conversation
     assert busy[1] == "Meanwhile?" and len(model.calls) == 1    # the question stays in the box
-    client.predict(api_name="/stop")   # returns once the stop is registered
+    client.stop()   # returns once the stop is registered
     release.set()
     chat = job.result()[0]
     assert len(model.calls) == 1   # no second step
     assert [m["metadata"]["title"] for m in chat[1:-1]] == ["Step 1 · slow_search"]
     assert "Observation: a slow result" in text(chat[1])
     assert text(chat[-1]).startswith("Stopped after 1 step(s).\n\n*[1 step, ")
-    after, _ = client.predict("Again?", api_name="/respond")   # the next question runs in full
+    after, _ = client.ask("Again?")   # the next question runs in full
     assert after[:len(chat)] == chat and text(after[-1]).startswith("never reached\n\n*[2 steps, ")
 
 
@@ -210,9 +245,9 @@ def test_errors_are_chat_messages_and_secrets_never_reach_the_page(start_page, m
         "unused: this call raises",
         "Final Answer: still here",
     ])
-    client = Client(start_page(lambda **callbacks: agent_class(model, tools=[lookup], **callbacks)), verbose=False)
-    chats = follow(client.submit("What is my key?", api_name="/respond"),
-                   (lambda chat: pending_text(chat) == "Thought: my key is ", model.resume.release))
+    client = Visitor(start_page(lambda **callbacks: agent_class(model, tools=[lookup], **callbacks)))
+    chats = follow(client.submit("What is my key?"),
+                   (lambda chat: pending_text(chat) == "Thought: my key is ", model.resume.release), visitor=client)
     shown = json.dumps(chats)
     assert "sekr" not in shown and "[REDACTED]" in shown and "Traceback" not in shown
     final = chats[-1]
@@ -222,17 +257,119 @@ def test_errors_are_chat_messages_and_secrets_never_reach_the_page(start_page, m
     assert text(final[-1]).startswith(error) and "second line" not in text(final[-1])
     if agent_class is Agent:   # the CLI's summary line, and the chat goes on after a model error
         assert text(final[-1]).endswith(", stopped: the model failed]*")
-        chat, _ = client.predict("Still there?", api_name="/respond")
+        chat, _ = client.ask("Still there?")
         assert text(chat[-1]).startswith("still here") and chat[:len(final)] == final
 
 
 def test_shown_holds_back_a_tail_that_could_start_a_secret(monkeypatch):
     monkeypatch.setattr(secret_store, "_extra_secrets", set())
     monkeypatch.setenv("SERPER_API_KEY", "sekrit-value-123")
-    assert web.shown("key: sekrit-va") == "key: "
-    assert web.shown("key: sekrit-value-123 and s") == "key: [REDACTED] and "
-    assert web.shown("key: sekrit-va", final=True) == "key: sekrit-va"
-    assert web.shown("plain text") == "plain text"
+    assert web_reply.shown("key: sekrit-va") == "key: "
+    assert web_reply.shown("key: sekrit-value-123 and s") == "key: [REDACTED] and "
+    assert web_reply.shown("key: sekrit-va", final=True) == "key: sekrit-va"
+    assert web_reply.shown("plain text") == "plain text"
+
+
+# --- whose conversation, and how much of the page -------------------------------------------------
+
+class Memory(ScriptedModel):
+    """Answers with every question of the conversation so far."""
+
+    def generate(self, messages, stop=None, **kwargs):
+        self.calls.append(messages)
+        return "Final Answer: heard " + " | ".join(m["content"] for m in messages if m["role"] == "user")
+
+
+def test_a_client_that_sends_anothers_session_hash_or_a_made_up_id_gets_its_own_conversation(start_page):
+    url = start_page(agents_of(Memory([])))
+    alice, mallory = Visitor(url), Visitor(url)
+    alice.ask("my password is swordfish")
+    mallory.client.session_hash = alice.client.session_hash  # Gradio's session id is the client's to choose
+    for key in ("", "made-up-id", alice.key[:-1]):
+        mallory.key = key
+        chat, _ = mallory.ask("what did they say?")
+        assert "swordfish" not in json.dumps(chat) and mallory.key not in ("", "made-up-id", alice.key)
+    mallory.key = "made-up-id"
+    mallory.clear()
+    mallory.stop()
+    chat, _ = alice.ask("and again?")
+    assert text(chat[-1]).startswith("heard my password is swordfish | and again?")  # nothing reached it
+
+
+def test_no_unload_handler_can_end_a_conversation(start_page):
+    """Gradio calls unload handlers when anyone's heartbeat for a session hash disconnects."""
+    page = web.ChatPage(agents_of(Memory([]))).build()
+    assert not any(target[1] == "unload" for dependency in page.fns.values() for target in dependency.targets)
+
+
+def test_a_question_over_the_length_cap_is_refused_and_stays_in_the_box(start_page):
+    model = Memory([])
+    visitor = Visitor(start_page(agents_of(model), max_question_chars=50))
+    chat, box = visitor.ask("x" * 51)
+    assert box == "x" * 51 and model.calls == []
+    chat, _ = visitor.ask("y" * 50)
+    assert text(chat[-1]).startswith("heard " + "y" * 50)
+    assert web.ChatPage(agents_of(model), max_question_chars=50).warning("too_long", "x" * 51) == (
+        "The question is too long (51 characters; the limit is 50).")
+
+
+def test_runs_past_the_cap_wait_in_line_and_are_told_their_place(start_page):
+    from gradio_client.utils import Status
+
+    entered, release = threading.Event(), threading.Event()
+
+    @tool
+    def slow(query: str) -> str:
+        """Work slowly."""
+        entered.set()
+        assert release.wait(WAIT_S)
+        return "done"
+
+    model = LiveModel(['Action: slow\nAction Input: {"query": "a"}', "Final Answer: first", "Final Answer: second"])
+    url = start_page(agents_of(model, tools=[slow]), max_runs=1)
+    alice, bob = Visitor(url), Visitor(url)
+    first = alice.submit("first question")
+    assert entered.wait(WAIT_S)
+    second = bob.submit("second question")
+    status = second.status()
+    while status.code in (Status.STARTING, Status.JOINING_QUEUE, Status.SENDING_DATA):  # until the server says
+        status = second.status()
+    assert (status.code, status.rank, len(model.calls)) == (Status.IN_QUEUE, 0, 1)  # first in line, not started
+    release.set()
+    assert text(first.result()[0][-1]).startswith("first") and text(second.result()[0][-1]).startswith("second")
+
+
+def test_idle_sessions_are_forgotten_after_their_ttl():
+    clock = [0.0]
+    page = web.ChatPage(agents_of(Memory([])), session_ttl=60, max_sessions=10, clock=lambda: clock[0])
+    key = [k for k, chat, _ in page.respond("", "hello")][-1]
+    assert page.sessions.find(key) is not None
+    clock[0] = 61
+    list(page.respond("", "someone else"))
+    assert page.sessions.find(key) is None and len(page.sessions) == 1
+    for _ in range(30):  # visitors that never come back: at most the cap is kept
+        list(page.respond("", "hi"))
+    assert len(page.sessions) == 10
+
+
+def test_a_login_keeps_out_clients_without_it(start_page):
+    url = start_page(agents_of(Memory([])), auth=("alice", "correct-horse-42"))
+    with pytest.raises(Exception):  # noqa: B017 - gradio_client's own error for a page it may not open
+        Visitor(url).ask("hi")
+    assert text(Visitor(url, auth=("alice", "correct-horse-42")).ask("hi")[0][-1]).startswith("heard hi")
+    assert requests.get(f"{url}config", timeout=10).status_code == 401
+
+
+def test_a_steps_argument_line_is_redacted_before_it_is_cut(monkeypatch):
+    from tinyagent.agent import Step, StepKind
+
+    monkeypatch.setattr(secret_store, "_extra_secrets", set())
+    key = "sk-page-0123456789abcdefghijklmnopqrstuv"
+    secret_store.register_secret(key)
+    reply = web_reply.Reply("en")
+    reply.on_step(Step(index=0, text="Thought: x", kind=StepKind.ACTION, action="lookup", arguments={"name": "n" * 170 + key}))
+    log = reply.messages()[0]["metadata"]["log"]
+    assert log.startswith('{"name": "' + "n" * 170) and not any(key[:k] in log for k in range(4, len(key) + 1))
 
 
 # --- the commands: `tinyagent web` and `run_demo.py --web`, as real processes --------------------
@@ -271,10 +408,10 @@ def test_tinyagent_web_serves_the_configured_model_until_ctrl_c():
         args = ["--base-url", stub.base_url, "--model", "stub-model", "--tools", "calculator", "--port",
                 str(free_port())]
         with running([TINYAGENT, "web", *args], env={"OPENAI_API_KEY": SECRET}) as (process, url, stderr):
-            client = Client(url, verbose=False)
-            chat, _ = client.predict("What is 6*7?", api_name="/respond")
+            client = Visitor(url)
+            chat, _ = client.ask("What is 6*7?")
             assert "Observation: 42" in text(chat[1]) and text(chat[-1]).startswith("42\n\n*[2 steps, ")
-            chat, _ = client.predict("Which year was Jay Chou born?", api_name="/respond")
+            chat, _ = client.ask("Which year was Jay Chou born?")
             assert text(chat[-1]).startswith("1979")
         assert process.returncode == 0
         assert stub.requests[-1]["body"]["messages"][1]["content"] == "What is 6*7?"   # the history went along
@@ -292,7 +429,7 @@ def test_web_serves_the_tools_of_an_mcp_server_and_stops_it_on_exit(monkeypatch)
     monkeypatch.setattr(cli.configuration, "close_tools", lambda tools: (closed.extend(tools), close_tools(tools)))
 
     def ask_then_close(page) -> None:  # instead of waiting for Ctrl-C
-        chats.append(Client(page.local_url, verbose=False).predict("What time is it?", api_name="/respond")[0])
+        chats.append(Visitor(page.local_url).ask("What time is it?")[0])
         page.close()
 
     monkeypatch.setattr(gradio.Blocks, "block_thread", ask_then_close)
@@ -306,10 +443,70 @@ def test_web_serves_the_tools_of_an_mcp_server_and_stops_it_on_exit(monkeypatch)
     assert live_children() == before   # the MCP server process is gone
 
 
+def serve_once(monkeypatch, argv: list[str], visit) -> int:
+    """`tinyagent web ARGV` on a free port, `visit(page)` instead of waiting for Ctrl-C; the exit code."""
+    monkeypatch.setattr(cli.configuration, "build_model", lambda cfg: Memory([]))
+
+    def visit_then_close(page) -> None:
+        try:
+            visit(page)
+        finally:
+            page.close()
+
+    monkeypatch.setattr(gradio.Blocks, "block_thread", visit_then_close)
+    return cli.main(["web", "--tools", "calculator", "--port", str(free_port()), *argv])
+
+
+def test_credentials_in_the_base_url_reach_neither_the_page_nor_its_config(monkeypatch, capsys):
+    monkeypatch.setattr(secret_store, "_extra_secrets", set())
+    password, key, seen = "pw-for-the-page-9931", "qk-page-5566aa", []
+    url = f"http://bob:{password}@127.0.0.1:9/v1?api-key={key}"
+
+    def visit(page) -> None:
+        seen.append(requests.get(f"{page.local_url}config", timeout=10).text)
+        seen.append(json.dumps(Visitor(page.local_url).ask("hi")[0]))
+
+    assert serve_once(monkeypatch, ["--base-url", url, "--model", "m"], visit) == 0
+    seen.append(capsys.readouterr().err)
+    assert "Model: model m at http://[REDACTED]@127.0.0.1:9/v1?api-key=[REDACTED]" in seen[0]
+    assert not any(password in text or key in text or "bob:" in text for text in seen)
+
+
+@pytest.mark.parametrize("argv, warned", [
+    (["--host", "0.0.0.0"], "open to other machines (0.0.0.0) without a login"),
+    (["--host", "127.0.0.1"], None),
+    (["--host", "0.0.0.0", "--auth", "alice:correct-horse-42"], None),
+])
+def test_a_page_open_beyond_this_machine_without_a_login_gets_a_warning(monkeypatch, capsys, argv, warned):
+    answers = []
+
+    def visit(page) -> None:
+        login = {"auth": ("alice", "correct-horse-42")} if "--auth" in argv else {}
+        answers.append(Visitor(page.local_url, **login).ask("hi")[0])
+
+    assert serve_once(monkeypatch, argv, visit) == 0
+    err = capsys.readouterr().err
+    assert text(answers[0][-1]).startswith("heard hi") and "correct-horse-42" not in err
+    assert (warned in err) if warned else "without a login" not in err
+
+
+def test_a_login_takes_its_password_from_the_environment(monkeypatch, capsys):
+    monkeypatch.setattr(secret_store, "_extra_secrets", set())
+    assert cli.main(["web", "--auth", "alice", "--tools", "calculator"]) == 2
+    assert capsys.readouterr().err.strip() == ("tinyagent: error: web.auth_user: a login needs a user and a password: "
+                                               "--auth USER:PASSWORD, or the password in TINYAGENT_WEB_PASSWORD")
+    monkeypatch.setenv("TINYAGENT_WEB_PASSWORD", "from-the-env-77")
+    answers = []
+    visit = lambda page: answers.append(Visitor(page.local_url, auth=("alice", "from-the-env-77")).ask("hi")[0])  # noqa: E731
+    assert serve_once(monkeypatch, ["--auth", "alice"], visit) == 0
+    assert text(answers[0][-1]).startswith("heard hi") and "from-the-env-77" in secret_store.secrets()
+
+
 def test_web_takes_the_model_and_agent_options_of_ask():
     done = subprocess.run([TINYAGENT, "web", "--help"], capture_output=True, text=True, check=False)
     assert done.returncode == 0
-    for option in ("--config", "--model", "--base-url", "--tools", "--max-turns", "--host", "--port", "--share"):
+    for option in ("--config", "--model", "--base-url", "--tools", "--max-turns", "--host", "--port", "--share",
+                   "--auth", "--max-question-chars", "--max-sessions", "--session-ttl", "--max-runs"):
         assert option in done.stdout
 
 
@@ -331,7 +528,7 @@ def test_run_demo_web_serves_the_demo_agent(monkeypatch, capsys):
     model, answers = LiveModel(["Thought: easy.\nFinal Answer: hello"]), []
 
     def ask_then_close(page) -> None:  # instead of waiting for Ctrl-C
-        answers.append(Client(page.local_url, verbose=False).predict("Hi?", api_name="/respond")[0])
+        answers.append(Visitor(page.local_url).ask("Hi?")[0])
         page.close()
 
     monkeypatch.setattr(gradio.Blocks, "block_thread", ask_then_close)
@@ -363,7 +560,7 @@ def test_without_gradio_the_command_says_how_to_install_it(capsys, monkeypatch):
 def test_a_chinese_question_gets_chinese_step_titles(start_page):
     model = LiveModel(['Thought: 我需要查一下。\nAction: lookup\nAction Input: {"name": "周杰伦"}',
                        "Thought: 我现在知道最终答案了\nFinal Answer: 1979年"])
-    chat, _ = Client(start_page(agents_of(model)), verbose=False).predict("周杰伦哪年出生？", api_name="/respond")
+    chat, _ = Visitor(start_page(agents_of(model))).ask("周杰伦哪年出生？")
     assert [m["metadata"]["title"] for m in chat[1:-1]] == ["第 1 步 · lookup", "第 2 步 · 最终答案"]
     assert chat[1]["metadata"]["log"] == '{"name": "周杰伦"}' and "Observation: 周杰伦 was born" in text(chat[1])
     assert text(chat[-1]).startswith("1979年\n\n*[2 steps, ")

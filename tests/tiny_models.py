@@ -114,13 +114,20 @@ FAMILIES = {
 
 
 def build_tiny_model(family: str, path: str | Path, seed: int = 0, hidden_size: int = 64, layers: int = 2,
-                     max_position_embeddings: int = 2048):
-    """Write a randomly initialised tiny chat model of `family` (a key of FAMILIES) to `path`; return the path."""
+                     max_position_embeddings: int = 2048, template: str | None = None,
+                     extra_tokens: list[str] = ()):
+    """Write a randomly initialised tiny chat model of `family` (a key of FAMILIES) to `path`; return the path.
+    `template` replaces the family's chat template; `extra_tokens` are more special tokens (tool-call markers)."""
     import torch
     import transformers
 
     config_name, model_name, tokenizer_kwargs, config_kwargs = FAMILIES[family]
     path = Path(path)
+    tokenizer_kwargs = dict(tokenizer_kwargs)
+    if template is not None:
+        tokenizer_kwargs["template"] = template
+    if extra_tokens:
+        tokenizer_kwargs["special_tokens"] = [*(tokenizer_kwargs.get("special_tokens") or SPECIAL_TOKENS), *extra_tokens]
     tokenizer = build_tokenizer(**tokenizer_kwargs)
     config = getattr(transformers, config_name)(
         vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 2,

@@ -2,7 +2,8 @@
 driven by playwright. Run with `make test-browser`; `make test` does not collect this folder.
 
 A person's view: type a question, watch the step appear and stream, see it fold away under the
-answer, open it again, ask a follow-up, chat in a second tab, clear the chat."""
+answer, open it again, ask a follow-up, chat in a second tab, clear the chat; approve a tool call
+on its card after editing its arguments, and refuse the next one with a reason."""
 import re
 import shutil
 import socket
@@ -13,10 +14,12 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from live_model import PAUSE, LiveModel, agents_of  # noqa: E402  (the scripted models of tests/)
+from live_model import PAUSE, LiveModel, agents_of, lookup  # noqa: E402  (the scripted models of tests/)
 from playwright.sync_api import expect, sync_playwright  # noqa: E402  (make test-browser installs it)
 
 from tinyagent import web  # noqa: E402
+from tinyagent.agent import Agent  # noqa: E402
+from tinyagent.agent.approval import Approver  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:::gradio.queueing")
 
@@ -42,26 +45,37 @@ def browser():
         chromium.close()
 
 
+def serve(chat_page) -> tuple:
+    """The page's server, started on a free port, and its URL."""
+    server = chat_page.build()
+    return server, web.serve(server, "127.0.0.1", free_port())[0]
+
+
+def open_page(browser, url: str):
+    page = browser.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url)
+    return page
+
+
 def test_ask_watch_the_steps_fold_and_follow_up(browser):
     model = LiveModel([
         ["Thought: I need to look", PAUSE, ' this up.\nAction: lookup\nAction Input: {"name": "Jay Chou"}'],
         ["Thought: I now", PAUSE, " know the final answer\nFinal Answer: 1979"],
         "Thought: The first turn named him.\nFinal Answer: Jay (2000)",
         "Final Answer: from the second tab",
+        "Final Answer: still the first tab",
+        "Final Answer: the first tab again",
         "Final Answer: after the Clear button",
         "Final Answer: after the bin icon",
     ])
-    chat_page, cleared = web.ChatPage(agents_of(model), "Model: scripted."), threading.Semaphore(0)
-    clear = chat_page.clear
+    clock = [0.0]
+    chat_page = web.ChatPage(agents_of(model), "Model: scripted.", session_ttl=600, clock=lambda: clock[0])
+    clear, cleared = chat_page.clear, threading.Semaphore(0)
     chat_page.clear = lambda key: (clear(key), cleared.release())[0]   # so the test knows the server did it
-    forget, forgotten = chat_page.forget, threading.Semaphore(0)
-    chat_page.forget = lambda key: (forget(key), forgotten.release())[0]
-    server = chat_page.build()
-    url, _ = web.serve(server, "127.0.0.1", free_port())
+    server, url = serve(chat_page)
     try:
-        page = browser.new_page()
-        page.set_default_timeout(TIMEOUT_MS)
-        page.goto(url)
+        page = open_page(browser, url)
         steps = page.locator("#chat .thought-group")
         question = page.locator("#question textarea")
 
@@ -95,18 +109,21 @@ def test_ask_watch_the_steps_fold_and_follow_up(browser):
             "Which year was Jay Chou born?", "1979", "What was his first album?"]   # history went along
 
         users = page.locator("#chat [data-testid=user]")
-        tab = browser.new_page()                                            # a second tab: its own conversation
-        tab.set_default_timeout(TIMEOUT_MS)
-        tab.goto(url)
+        tab = open_page(browser, url)                                       # a second tab: its own conversation
         tab.locator("#question textarea").fill("Another tab?")
         tab.locator("#question textarea").press("Enter")
         expect(tab.get_by_text("from the second tab", exact=True)).to_be_visible()
         expect(tab.locator("#chat [data-testid=user]")).to_have_count(1)
         assert [m["role"] for m in model.calls[-1]["messages"]] == ["system", "user"]
         assert len(chat_page.sessions) == 2
-        tab.close()                                                         # closing it drops its session
-        assert forgotten.acquire(timeout=30) and len(chat_page.sessions) == 1
-        expect(users).to_have_count(2)
+        tab.close()                                      # its session stays until idle for session_ttl
+        for now, answer in ((300, "still the first tab"), (700, "the first tab again")):
+            clock[0] = now
+            question.fill("Still me?")
+            question.press("Enter")                      # at 700 s the second tab's session is idle past 600 s
+            expect(page.get_by_text(answer, exact=True)).to_be_visible()
+        assert len(chat_page.sessions) == 1
+        expect(users).to_have_count(4)
 
         for button, answer in ((page.locator("#clear"), "after the Clear button"),
                               (page.get_by_role("button", name="Clear", exact=True), "after the bin icon")):
@@ -118,5 +135,46 @@ def test_ask_watch_the_steps_fold_and_follow_up(browser):
             expect(page.get_by_text(answer, exact=True)).to_be_visible()
             expect(users).to_have_count(1)
             assert [m["role"] for m in model.calls[-1]["messages"]] == ["system", "user"]
+    finally:
+        server.close()
+
+
+def test_approve_edit_and_refuse_a_tool_call_on_its_card(browser):
+    model = LiveModel([
+        'Thought: look.\nAction: lookup\nAction Input: {"name": "Jay Chou"}',
+        'Thought: and her.\nAction: lookup\nAction Input: {"name": "Faye Wong"}',
+        "Final Answer: both born in 1979 and 1969",
+    ])
+    chat_page = web.ChatPage(lambda **callbacks: Agent(model, tools=[lookup], max_turns=3,
+                                                       approve=Approver(None, {"lookup": "ask"}), **callbacks))
+    server, url = serve(chat_page)
+    try:
+        page = open_page(browser, url)
+        card = page.locator("#approval").first   # gradio puts a group's id on two nested elements
+        expect(card).to_be_hidden()
+        page.locator("#question textarea").fill("When were they born?")
+        page.locator("#question textarea").press("Enter")
+
+        expect(card).to_be_visible()                                          # the run waits for the person
+        expect(page.locator("#approval-text")).to_contain_text("lookup wants to run with these arguments")
+        expect(page.locator("#chat .thought-group").first).to_contain_text("waiting for your approval")
+        editor = page.locator("#approval-arguments .cm-content")
+        expect(editor).to_contain_text('"name": "Jay Chou"')
+        editor.click()
+        page.keyboard.press("Control+a")
+        page.keyboard.type('{"name": "周杰伦"}')
+        page.locator("#approval-edit").click()                                # run with the edited arguments
+        expect(page.get_by_text("Observation: 周杰伦 was born in 1979.")).to_be_visible()
+
+        expect(page.locator("#approval-text")).to_be_visible()                # the second call: its own card
+        expect(editor).to_contain_text('"name": "Faye Wong"')
+        page.locator("#approval-reason textarea").fill("not her")
+        page.locator("#approval-refuse").click()
+        expect(page.get_by_text("both born in 1979 and 1969", exact=True)).to_be_visible()
+        expect(card).to_be_hidden()
+        assert "refused, so it did not run: not her." in model.calls[2]["messages"][-1]["content"]
+        titles = page.locator("#chat .thought-group .title")
+        expect(titles.nth(0)).to_contain_text("Step 1 · lookup · edited")
+        expect(titles.nth(1)).to_contain_text("Step 2 · lookup · refused")
     finally:
         server.close()

@@ -17,11 +17,14 @@ from collections.abc import Callable
 
 from . import config as configuration
 from . import web
+from .agent.approval import give_asker
 from .eval import command as evaluation
 from .http import RequestFailed
-from .options import add_model_options, add_web_options, config_from_args
+from .models.embedded import NOTICE as EMBEDDED_NOTICE
+from .options import add_model_options, add_web_options, config_from_args, loopback, web_login
 from .report import PROG, Reporter, answer, note
-from .secrets import redact
+from .secrets import redact, register_url
+from .terminal import TerminalApprover
 from .text import one_line
 from .trace import TraceWriter, dumps
 from .version import __version__
@@ -61,7 +64,7 @@ def model_label(cfg: configuration.Config) -> str:
     if m.backend == "embedded":
         return "the embedded SmolLM2-135M-Instruct model"
     if m.backend == "openai":
-        return f"model {m.name} at {m.base_url}"
+        return f"model {m.name} at {register_url(m.base_url)}"  # without its credentials
     return f"model {m.path}" + (f" ({m.gguf_file})" if m.gguf_file else "")
 
 
@@ -71,7 +74,9 @@ def load_model(cfg: configuration.Config):
     if m.backend == "openai":
         note(f"Using {model_label(cfg)}")
     elif m.backend == "embedded":
-        note(f"Loading {model_label(cfg)} ... (this takes ~20 s on CPU)")
+        on_llama = configuration.embedded_runtime(cfg) == "llamacpp"
+        note(f"Loading {model_label(cfg)} on {'llama.cpp' if on_llama else 'transformers'} ... "
+             f"({'about a second' if on_llama else 'this takes ~20 s on CPU'})")
     else:
         note(f"Loading {model_label(cfg)} with backend {m.backend} on device {m.device} ...")
     started = time.perf_counter()
@@ -84,6 +89,8 @@ def load_model(cfg: configuration.Config):
         raise LoadError(f"could not load {model_label(cfg)}: {one_line(e, with_type=False)}") from e
     if cfg.model.backend != "openai":
         note(f"Model ready in {time.perf_counter() - started:.1f} s")
+    if cfg.model.backend == "embedded":
+        note(EMBEDDED_NOTICE)
     return model
 
 
@@ -157,8 +164,9 @@ def _run(args: argparse.Namespace) -> int:
         return web_page(args)
     cfg = config_from_args(args)
     tools = configuration.build_tools(cfg)
-    trace = None
+    trace, tracing = None, None
     try:
+        tracing = configuration.start_tracing(cfg)
         trace = TraceWriter(args.trace) if args.trace else None
         if trace is not None:
             trace.write({"event": "start", "command": args.command, "version": __version__,
@@ -168,34 +176,48 @@ def _run(args: argparse.Namespace) -> int:
                             echo_question=not interactive)
         model = load_model(cfg)
         agent = configuration.build_agent(cfg, model, tools=tools, **reporter.callbacks())
+        give_asker(agent.hooks, TerminalApprover(before=reporter.pause))
         if args.command == "ask":
             result = answer(agent, reporter, " ".join(args.question), chat=False)
-            return EXIT_RUNTIME if model_failed(result, args.verbose) else 0
+            return EXIT_RUNTIME if run_failed(result, args.verbose) else 0
         return chat_loop(agent, reporter, interactive, args.verbose)
     finally:
         configuration.close_tools(tools)
         if trace is not None:
             trace.close()
+        if tracing is not None:
+            tracing.shutdown()  # exports the spans still queued
 
 
 def web_page(args: argparse.Namespace, model=None) -> int:
     """Load the model once, then serve the chat page until Ctrl-C; `model` replaces the configured one."""
     cfg = config_from_args(args)
+    auth = web_login(cfg, args.auth)  # before a slow load: a missing password is a usage error
     try:
         web.require_gradio()
     except ImportError as e:
         raise LoadError(str(e)) from None
     tools = configuration.build_tools(cfg)
+    tracing = None
     try:
+        tracing = configuration.start_tracing(cfg)
         model = model if model is not None else load_model(cfg)
 
         def new_agent(**callbacks):
             return configuration.build_agent(cfg, model, tools=tools, **callbacks)
 
         about = f"Model: {model_label(cfg)}. Tools: {', '.join(new_agent().tools) or 'none'}."
-        page = web.ChatPage(new_agent, about).build()
+        w = cfg.web
+        if cfg.model.backend == "embedded":
+            about += f"\n\n{EMBEDDED_NOTICE}"
+        page = web.ChatPage(new_agent, about, max_question_chars=w.max_question_chars, max_sessions=w.max_sessions,
+                            session_ttl=w.session_ttl, max_runs=w.max_runs).build()
+        if auth is None and (args.share or not loopback(args.host)):
+            log.warning("the chat page is open to %s without a login: anyone there can use its model and tools. "
+                        "Add --auth USER (password from %s)", "anyone with the public link" if args.share else
+                        f"other machines ({args.host})", w.auth_password_env)
         try:
-            url, public = web.serve(page, args.host, args.port, args.share)
+            url, public = web.serve(page, args.host, args.port, args.share, auth)
         except OSError as e:
             raise LoadError(f"could not serve the page on {args.host}:{args.port}: the port is in use or not "
                             f"allowed ({type(e).__name__}); choose another with --port") from e
@@ -203,18 +225,20 @@ def web_page(args: argparse.Namespace, model=None) -> int:
         page.block_thread()
     finally:
         configuration.close_tools(tools)  # stops the MCP servers of --mcp / agent.mcp_servers
+        if tracing is not None:
+            tracing.shutdown()
     return 0
 
 
 CHAT_HELP = "Commands: /history, /reset (forget the conversation), /exit (or Ctrl-D)."
 
 
-def model_failed(result, verbose: bool = False) -> bool:
-    """Say on stderr, in one line, that the model failed during the run (its steps were shown)."""
-    if result.stop_reason != "model_error":
+def run_failed(result, verbose: bool = False) -> bool:
+    """Say on stderr, in one line, that the model or a hook failed during the run (its steps were shown)."""
+    if not result.stop_reason.failed:
         return False
     hint = "" if verbose else " (run with --verbose for details)"
-    print(f"{PROG}: error: {redact(result.error or 'the model failed')}{hint}", file=sys.stderr, flush=True)
+    print(f"{PROG}: error: {redact(result.error or 'the run failed')}{hint}", file=sys.stderr, flush=True)
     return True
 
 
@@ -230,7 +254,7 @@ def chat_loop(agent, reporter: Reporter, interactive: bool, verbose: bool = Fals
         if not line:
             continue
         if not line.startswith("/"):
-            model_failed(answer(agent, reporter, line), verbose)  # the conversation goes on
+            run_failed(answer(agent, reporter, line), verbose)  # the conversation goes on
             continue
         command = line.split()[0].lower()
         if command in ("/exit", "/quit"):

@@ -1,11 +1,14 @@
 """The command-line options shared by `tinyagent ask / chat / web` and run_demo.py, and the config they
-make: a config file (or the defaults) with the options applied on top."""
+make: a config file (or the defaults) with the options applied on top, and the chat page's login."""
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 
 from . import config as configuration
+from .agent.protocols import PROTOCOLS
+from .secrets import register_secret
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -26,6 +29,12 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                    "this MCP server (stdio); repeatable, added to the config's agent.mcp_servers")
     g.add_argument("--constrained", action=argparse.BooleanOptionalAction, help="decode only valid ReAct "
                    "steps (needs outlines; default: on for the embedded model)")
+    g.add_argument("--protocol", choices=PROTOCOLS, help="how the model calls tools: react "
+                   "(ReAct text, the default), tools (its own tool-call format) or auto")
+    g.add_argument("--approve", action="store_true", help="ask before each call of an MCP server's tool "
+                   "(y / a / e / n on the terminal, a card on the chat page); agent.approve names tools one by one")
+    g.add_argument("--otel", action="store_true", help="OpenTelemetry spans for runs, model and tool calls, "
+                   "exported as the OTEL_* variables say (needs tinyagent[otel])")
     g.add_argument("--max-new-tokens", type=int, metavar="N")
     g.add_argument("--temperature", type=float)
     g.add_argument("--top-p", type=float)
@@ -33,11 +42,19 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_web_options(parser: argparse.ArgumentParser) -> None:
-    """Where `tinyagent web` and `run_demo.py --web` serve the chat page."""
+    """Where and for whom `tinyagent web` and `run_demo.py --web` serve the chat page; its limits override
+    the config's `web` section."""
     g = parser.add_argument_group("chat page")
     g.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     g.add_argument("--port", type=int, default=7860, help="port (default: %(default)s)")
     g.add_argument("--share", action="store_true", help="also publish a temporary public gradio.live link")
+    g.add_argument("--auth", metavar="USER[:PASSWORD]", help="a login for the page; without :PASSWORD it is read "
+                   "from TINYAGENT_WEB_PASSWORD (web.auth_password_env)")
+    g.add_argument("--max-question-chars", type=int, metavar="N", help="longest question (default 4000)")
+    g.add_argument("--max-sessions", type=int, metavar="N", help="conversations kept (default 100)")
+    g.add_argument("--session-ttl", type=float, metavar="SECONDS", help="how long an idle one is kept (default 3600)")
+    g.add_argument("--max-runs", type=int, metavar="N", help="questions answered at once; more wait in line "
+                   "(default 4)")
 
 
 def config_from_args(args: argparse.Namespace) -> configuration.Config:
@@ -46,7 +63,9 @@ def config_from_args(args: argparse.Namespace) -> configuration.Config:
     overrides = {
         "model.gguf_file": args.gguf_file, "model.device": args.device, "model.dtype": args.dtype,
         "agent.lang": args.lang, "agent.max_turns": args.max_turns, "agent.corpus": args.corpus,
-        "agent.constrained": args.constrained,
+        "agent.constrained": args.constrained, "agent.protocol": args.protocol,
+        "agent.approve_mcp": "ask" if args.approve else None,
+        "agent.otel": True if args.otel else None,
         "agent.tools": None if tools is None else [t.strip() for t in tools.split(",") if t.strip()],
         "generation.max_new_tokens": args.max_new_tokens, "generation.temperature": args.temperature,
         "generation.top_p": args.top_p,
@@ -57,6 +76,10 @@ def config_from_args(args: argparse.Namespace) -> configuration.Config:
         overrides.update({k: v for k, v in model.items() if v is not None})
     elif args.base_url:
         overrides.update({"model.backend": "openai", "model.base_url": args.base_url})
+    for name in ("max_question_chars", "max_sessions", "session_ttl", "max_runs"):  # only `web` has them
+        overrides[f"web.{name}"] = getattr(args, name, None)
+    if getattr(args, "auth", None):
+        overrides["web.auth_user"] = args.auth.partition(":")[0]
     if args.mcp:
         overrides["agent.mcp_servers"] = configuration.load_config(path).agent.mcp_servers + [
             mcp_server_spec(command) for command in args.mcp]
@@ -73,3 +96,24 @@ def mcp_server_spec(command: str) -> dict:
         raise configuration.ConfigError("--mcp: give the command that starts the server, e.g. "
                                         "--mcp 'python -m mcp_server_time'")
     return {"command": words[0], "args": words[1:]}
+
+
+def web_login(cfg: configuration.Config, option: str | None) -> tuple[str, str] | None:
+    """(user, password) for the page, from `--auth USER[:PASSWORD]` or the config's `web.auth_user` with the
+    password in the `web.auth_password_env` variable; the password is a secret from here on."""
+    user = cfg.web.auth_user
+    if user is None:
+        return None
+    _, colon, password = (option or "").partition(":")
+    if not colon:
+        password = os.environ.get(cfg.web.auth_password_env, "")
+    if not user or not password:
+        raise configuration.ConfigError(f"web.auth_user: a login needs a user and a password: --auth USER:PASSWORD, "
+                                        f"or the password in {cfg.web.auth_password_env}")
+    register_secret(password)
+    return user, password
+
+
+def loopback(host: str) -> bool:
+    """True for an address only this machine reaches."""
+    return host in ("localhost", "::1") or host.startswith("127.")

@@ -4,9 +4,10 @@ Shared by the `tinyagent` command and run_demo.py, so both print steps the same 
 """
 from __future__ import annotations
 
+import json
 import sys
 
-from .agent import StopReason
+from .agent import StepKind, StopReason
 from .format.observations import observation_line
 from .format.prompts import FORCE_FINAL
 from .secrets import redact, secrets
@@ -29,6 +30,7 @@ STOP_REASONS = {
     StopReason.NO_FORCED_ANSWER: "no answer even at the turn cap",
     StopReason.CONTEXT_OVERFLOW: "stopped: the context window is full",
     StopReason.MODEL_ERROR: "stopped: the model failed",
+    StopReason.HOOK_ERROR: "stopped: a hook failed",
     StopReason.STOPPED: "stopped on request",
 }
 
@@ -101,10 +103,19 @@ class Reporter:
         if self.echo_question:
             self._out(f"Question: {question}\n")
 
+    def pause(self) -> None:
+        """End the streamed line, so the terminal can ask something (approval) on a line of its own."""
+        if self.json_mode:
+            return
+        self._stream_out("", final=True)
+        if self._line_open:
+            self._out("\n")
+            self._line_open = False
+
     def on_text(self, text: str) -> None:
         if not self.stream or not text:
             return
-        if len(self.steps) >= self.max_turns and not self._forced_shown:
+        if self._turns() >= self.max_turns and not self._forced_shown:
             self._forced_shown = True
             self._out(FORCE_FINAL[self.lang] + ("" if text[0].isspace() else " "))
         self._stream_out(text)
@@ -118,14 +129,20 @@ class Reporter:
             return
         self._stream_out("", final=True)
         if not self._streamed:  # --no-stream, or a backend that does not stream
-            forced = step.index >= self.max_turns
+            forced = step.kind in (StepKind.FORCED_ANSWER, StepKind.NO_FORCED_ANSWER)
             self._out((FORCE_FINAL[self.lang] + " " if forced else "") + step.text.lstrip(" ") + "\n")
         elif self._line_open:
             self._out("\n")
         self._line_open = self._streamed = False
+        if step.edited_from is not None:
+            self._out(f"Action Input (edited): {json.dumps(step.arguments, ensure_ascii=False)}\n")
         line = observation_line(step)
         if line is not None:
             self._out(line + "\n")
+
+    def _turns(self) -> int:
+        """Model replies so far (the tools protocol makes one step per call of a reply)."""
+        return len({s.index if s.turn is None else f"turn {s.turn}" for s in self.steps})
 
     def end(self, result) -> None:
         if self.trace is not None:

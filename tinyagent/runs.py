@@ -5,10 +5,13 @@ model decode together there.
 
 Threads suit agents behind HTTP model servers (OpenAIChatModel): the time goes to waiting on the
 server, and one model instance is shared safely. Each question gets a fresh Agent from
-`agent_factory`, so no conversation state is shared between runs.
+`agent_factory`, so no conversation state is shared between runs. Each run starts in a copy of the
+caller's context variables, so what the caller set (an OpenTelemetry span, above all) is the parent
+of what the run records, as if it ran in the caller's thread.
 """
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
@@ -16,7 +19,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
-from .agent import Agent, AgentResult, DirectAnswer
+from .agent import Agent, AgentResult, DirectAnswer, StopReason
 from .text import one_line
 
 log = logging.getLogger(__name__)
@@ -65,7 +68,8 @@ def run_many(
     cancel = threading.Event()
     pool = ThreadPoolExecutor(max_workers=min(int(concurrency), len(items)), thread_name_prefix="tinyagent")
     try:
-        order = {pool.submit(_run_one, agent_factory, item, cancel): item.index for item in items}
+        order = {pool.submit(contextvars.copy_context().run, _run_one, agent_factory, item, cancel): item.index
+                 for item in items}
         pending: set[Future] = set(order)
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -95,9 +99,11 @@ def _run_one(agent_factory: Callable[[], Runner], item: RunItem, cancel: threadi
         if cancel.is_set():
             raise Cancelled("batch interrupted")
         agent = agent_factory()
-        agent.on_step = _stop_when(cancel, agent.on_step)
+        agent.on_step = _stop_when(cancel, agent)
         item.result = agent.run(item.question)
-        if item.result.stop_reason == "model_error":  # the steps are kept; the error is what is reported
+        if cancel.is_set() and item.result.stop_reason == StopReason.STOPPED:
+            raise Cancelled("batch interrupted")
+        if item.result.stop_reason.failed:  # the steps are kept; the error is what is reported
             item.error = item.result.error
     except Exception as e:
         item.error = one_line(e, whole=True)
@@ -106,14 +112,16 @@ def _run_one(agent_factory: Callable[[], Runner], item: RunItem, cancel: threadi
     return item
 
 
-def _stop_when(cancel: threading.Event, on_step: Callable | None) -> Callable:
-    """The agent's own on_step, then a check that ends the run once the batch is cancelled (a step
+def _stop_when(cancel: threading.Event, agent: Agent) -> Callable:
+    """The agent's own on_step, then a check that stops the run once the batch is cancelled (a step
     that answers ends the run anyway, so its answer is kept)."""
+    on_step = agent.on_step
+
     def step_done(step) -> None:
         if on_step is not None:
             on_step(step)
         if cancel.is_set() and step.final_answer is None:
-            raise Cancelled("batch interrupted")
+            agent.stop()
     return step_done
 
 

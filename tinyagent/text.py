@@ -12,23 +12,36 @@ log = logging.getLogger(__name__)
 
 # --- reasoning blocks ---------------------------------------------------------------------------
 
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_THINK_TAG = re.compile(r"<(/?)think>", re.IGNORECASE)
 
 
 def mask_thinking(text: str) -> str:
     """`text` with every reasoning block (`<think>…</think>`, an unclosed `<think>…`, or everything
-    before a lone `</think>`) blanked to spaces of the same length, so positions still line up."""
-    def blank(s: str) -> str:
-        return " " * len(s)
+    before a lone `</think>`) blanked to spaces of the same length, so positions still line up.
 
-    text = _THINK.sub(lambda m: blank(m.group(0)), text)
-    close = text.lower().rfind("</think>")
-    if close >= 0:  # the template opened the block in the prompt (DeepSeek-R1 distills)
-        text = blank(text[: close + len("</think>")]) + text[close + len("</think>"):]
-    start = text.lower().find("<think>")
-    if start >= 0:
-        text = text[:start] + blank(text[start:])
-    return text
+    One pass over the tags, so linear in the length: a streamed reply is masked again at every
+    update, and one full of `<think>` fragments once cost cubic time."""
+    blanked: list[tuple[int, int]] = []
+    opened, lone_close_end = None, 0
+    for tag in _THINK_TAG.finditer(text):
+        if not tag.group(1):
+            opened = tag.start() if opened is None else opened
+        elif opened is not None:
+            blanked.append((opened, tag.end()))
+            opened = None
+        else:  # the template opened the block in the prompt (DeepSeek-R1 distills)
+            lone_close_end = tag.end()
+    if lone_close_end:
+        blanked = [(0, lone_close_end)] + [(a, b) for a, b in blanked if b > lone_close_end]
+    if opened is not None:
+        blanked.append((opened, len(text)))
+    if not blanked:
+        return text
+    parts, at = [], 0
+    for start, end in blanked:
+        parts += [text[at:start], " " * (end - start)]
+        at = end
+    return "".join(parts) + text[at:]
 
 
 # --- stop strings ---------------------------------------------------------------------------------
@@ -138,13 +151,30 @@ def lang_for(setting: str, text: str) -> str:
     return setting if setting != "auto" else detect_lang(text)
 
 
+# --- token counts without a tokenizer ----------------------------------------------------------
+
+#: Characters per token assumed for ASCII text, and tokens per other character (Chinese, accents, emoji):
+#: on the high side of what BPE tokenizers produce (README: measurements), so a prompt fitted to an
+#: estimate fits the real count.
+ASCII_CHARS_PER_TOKEN = 3.0
+TOKENS_PER_OTHER_CHAR = 2.0
+
+
+def estimate_tokens(text: str) -> int:
+    """About how many tokens `text` takes, rounded up; for a server whose tokenizer is not at hand."""
+    other = sum(1 for ch in text if ord(ch) > 127) if not text.isascii() else 0
+    return int((len(text) - other) / ASCII_CHARS_PER_TOKEN + other * TOKENS_PER_OTHER_CHAR) + 1
+
+
 # --- one line -----------------------------------------------------------------------------------
 
 LINE_LIMIT = 300  # characters of an error shown on one line (CLI, chat page, results)
 
 
 def clip(text: str, limit: int, mark: str = "…") -> str:
-    """`text` cut to at most `limit` characters, ending with `mark` when cut."""
+    """`text` redacted, then cut to at most `limit` characters, ending with `mark` when cut: redacting
+    first, so no part of a secret that straddles the cut survives it."""
+    text = redact(text)
     return text if len(text) <= limit else text[: max(0, limit - len(mark))] + mark
 
 
@@ -159,7 +189,7 @@ def one_line(error: BaseException, limit: int | None = LINE_LIMIT, with_type: bo
         text = f"{type(error).__name__}: {first}" if first else type(error).__name__
     else:
         text = first or type(error).__name__
-    return redact(text) if limit is None else clip(redact(text), limit)
+    return redact(text) if limit is None else clip(text, limit)
 
 
 # --- names --------------------------------------------------------------------------------------

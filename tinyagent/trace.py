@@ -7,17 +7,24 @@ import json
 import os
 import threading
 
-from .secrets import redact
+from .secrets import NESTED_TOO_DEEPLY, redact
+
+#: Containers deeper than this in a record are written as NESTED_TOO_DEEPLY (a run's own records nest
+#: about 6 deep; a tool's arguments add their own levels, at most format.arguments.MAX_ARGS_DEPTH).
+MAX_DEPTH = 64
 
 
-def to_jsonable(obj):
-    """Dataclasses (steps, results) and containers -> plain JSON values."""
+def to_jsonable(obj, _depth: int = 0):
+    """Dataclasses (steps, results) and containers -> plain JSON values, at most MAX_DEPTH levels deep."""
+    container = isinstance(obj, (dict, list, tuple)) or dataclasses.is_dataclass(obj) and not isinstance(obj, type)
+    if container and _depth >= MAX_DEPTH:
+        return NESTED_TOO_DEEPLY
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: to_jsonable(getattr(obj, f.name), _depth + 1) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
+        return {str(k): to_jsonable(v, _depth + 1) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
+        return [to_jsonable(v, _depth + 1) for v in obj]
     if obj is None or isinstance(obj, (bool, int, float)):
         return obj
     return str(obj)

@@ -57,7 +57,7 @@ class TutorialModel:
 
 
 class TutorialAgent:
-    """The tutorial's agent methods, on top of the Agent's own (`system_prompt_for`, `run`, `_act`)."""
+    """The tutorial's agent methods, on top of the Agent's own (`system_prompt_for`, `run`, `_step_of`)."""
 
     def build_system_input(self, lang: str = "en") -> str:
         """The system prompt: tool descriptions and the ReAct format in `lang`."""
@@ -70,7 +70,7 @@ class TutorialAgent:
         reading = read_step(f"Action: {plugin_name}\nAction Input: {plugin_args}", self.tools.values())
         if reading.kind != StepKind.ACTION:
             return error_observation(reading.error)
-        return self._act(0, reading, "en", None).observation
+        return self._step_of(0, reading, "en", None).observation
 
     def text_completion(self, text: str, history: list | None = None) -> tuple[str, list]:
         """TinyAgent's entry point: answer `text` given (question, answer) history."""

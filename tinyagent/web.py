@@ -1,25 +1,31 @@
 """The chat page (`tinyagent web`): each reply's Thought, Action and Observation stream into a
-Gradio chatbot as the agent works, each step a block that folds away once the answer is there.
+Gradio chatbot as the agent works, each step a block that folds away once the answer is there
+(the messages: web_reply.py).
 
 One model serves every browser session; each session (a browser tab, or a gradio_client Client)
-gets its own Agent, so its own conversation, and runs are concurrent (a model that cannot run
-two generations at once serialises them itself). Everything shown passes through `redact`.
+gets its own Agent, so its own conversation, under an id the server makes (sessions.py) and the
+page keeps in a hidden field: Gradio's session hash is chosen by the client, so it keys nothing.
+Up to `max_runs` questions run at once (a model that cannot run two generations at once serialises
+them itself); more wait in Gradio's queue, which shows each its place. Questions are at most
+`max_question_chars` long. A tool call waiting for approval shows in the step stream and as a card
+under the chat (web_approval.py). Everything shown passes through `redact`.
 Gradio is imported only when a page is built: `pip install 'tinyagent[web]'`.
-(No `from __future__ import annotations` here: Gradio reads the handlers' `gr.Request` annotation.)
 """
-import json
 import logging
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from .agent import Agent, AgentResult, Step, StepKind, StopReason
-from .format.observations import observation_line
-from .report import summary
-from .secrets import redact, secrets
-from .text import clip, detect_lang, lang_for, one_line
+from . import web_approval
+from .agent import Agent
+from .agent.approval import give_asker
+from .secrets import redact
+from .sessions import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL, SessionsFull, SessionStore
+from .text import detect_lang, lang_for, one_line
+from .web_reply import LABELS, Messages, Reply
 
 if TYPE_CHECKING:
     import gradio as gr
@@ -28,16 +34,12 @@ log = logging.getLogger(__name__)
 
 #: factory(on_step=..., on_text=...) -> a new Agent for one browser session
 AgentFactory = Callable[..., Agent]
-Messages = list[dict]
 
-LABELS = {
-    "en": {"step": "Step {n}", "final": "final answer", "forced": "final answer at the turn cap",
-           "stopped": "Stopped after {n} step(s).", "no_answer": "No final answer.", "error": "Error: {e}",
-           "busy": "A question is still running: wait for it, or press Stop."},
-    "zh": {"step": "第 {n} 步", "final": "最终答案", "forced": "达到轮数上限时的最终答案",
-           "stopped": "已在第 {n} 步后停止。", "no_answer": "没有最终答案。", "error": "错误：{e}",
-           "busy": "上一个问题还在运行：请稍候，或按“停止”。"},
-}
+DEFAULT_MAX_QUESTION_CHARS = 4000
+DEFAULT_MAX_RUNS = 4
+#: While a run sends nothing (a tool working, a call waiting for approval), the chat is sent again this
+#: often, so Gradio can end the handler of a page that went away (it can only at a yield).
+IDLE_YIELD_S = 1.0
 INSTALL_HINT = "the chat page needs gradio: pip install 'tinyagent[web]'"
 
 
@@ -57,83 +59,6 @@ def require_gradio() -> None:
         raise ImportError(INSTALL_HINT) from e
 
 
-def shown(text: str, final: bool = False) -> str:
-    """`text` redacted; while it is still streaming, without a tail that could begin a secret."""
-    text = redact(text)
-    if not final:
-        for secret in secrets():
-            for k in range(min(len(secret) - 1, len(text)), 0, -1):
-                if text.endswith(secret[:k]):
-                    text = text[:-k]
-                    break
-    return text
-
-
-class Reply:
-    """One answer as chat messages: a block per step (the one being written pending), then the answer."""
-
-    def __init__(self, lang: str):
-        self.labels = LABELS[lang]
-        self.steps: list[Step] = []
-        self.writing = ""   # text the model is writing for the next step
-        self.answer: str | None = None
-
-    def on_text(self, text: str) -> None:
-        self.writing += text
-
-    def on_step(self, step: Step) -> None:
-        self.steps.append(step)
-        self.writing = ""
-
-    def finish(self, result: AgentResult | None, error: BaseException | None = None) -> None:
-        """The answer message: the final answer or why there is none, and the CLI's summary line."""
-        self.writing = ""
-        if result is None:
-            self.answer = self.labels["error"].format(e=one_line(error))
-        else:
-            if result.finished:
-                head = result.answer
-            elif result.stop_reason == StopReason.STOPPED:
-                head = self.labels["stopped"].format(n=len(result.steps))
-            else:  # the model failed, the context is full, or no answer came at the turn cap
-                head = self.labels["error"].format(e=result.error) if result.error else self.labels["no_answer"]
-            self.answer = f"{head}\n\n*{summary(result)}*"
-
-    def messages(self) -> Messages:
-        done = self.answer is not None
-        # a step without a reply records why the run ended: its answer line says so
-        out = [self._block(step, "done" if done else None) for step in self.steps if step.kind.has_reply]
-        if self.writing.strip():
-            title = self.labels["step"].format(n=len(self.steps) + 1)
-            out.append(_message(shown(self.writing), {"title": title, "status": "pending"}))
-        if done:
-            out.append(_message(redact(self.answer)))
-        return out
-
-    def _block(self, step: Step, status: str | None) -> dict:
-        """A step as a collapsible message: titled with its tool, the arguments as its log line."""
-        name = step.action or {StepKind.FINAL_ANSWER: self.labels["final"], StepKind.FORCED_ANSWER:
-                               self.labels["forced"], StepKind.NO_FORCED_ANSWER: self.labels["forced"]}.get(
-                                   step.kind, str(step.kind))
-        meta = {"title": f"{self.labels['step'].format(n=step.index + 1)} · {name}",
-                "duration": round(step.model_seconds + step.tool_seconds, 2)}
-        if step.arguments is not None:
-            meta["log"] = clip(json.dumps(step.arguments, ensure_ascii=False), 200)
-        elif step.action_input:
-            meta["log"] = clip(step.action_input, 200)
-        if status:
-            meta["status"] = status
-        body = step.text.strip()
-        line = observation_line(step)
-        if line is not None:
-            body += f"\n\n{line}"
-        return _message(redact(body), redact(meta))
-
-
-def _message(content: str, metadata: dict | None = None) -> dict:
-    return {"role": "assistant", "content": content, **({"metadata": metadata} if metadata else {})}
-
-
 class Session:
     """One browser session: its Agent, the chat as shown, and the events of the run in progress."""
 
@@ -141,8 +66,20 @@ class Session:
         self.events: queue.Queue = queue.Queue()
         self.agent = factory(on_step=lambda s: self.events.put(("step", s)),
                              on_text=lambda t: self.events.put(("text", t)))
+        self.pending = web_approval.Pending(lambda kind, request: self.events.put((kind, request)))
+        give_asker(self.agent.hooks, self.pending.ask)  # approvers with no one to ask: the page's card
         self.messages: Messages = []
         self.running = threading.Lock()  # one run at a time per conversation
+        self._state = threading.Lock()   # orders `stop` with the start and end of a run
+        self._in_run = False
+
+    def stop(self) -> None:
+        """End the run in progress after its current step (also one about to start), refusing a call that
+        waits for approval; else nothing."""
+        with self._state:
+            if self._in_run:
+                self.agent.stop()
+        self.pending.cancel()
 
     def ask(self, question: str) -> Iterator[Messages]:
         """Run `question` in a worker thread, yielding the chat after each batch of events."""
@@ -157,23 +94,31 @@ class Session:
                 log.warning("run failed: %s", one_line(e))
                 outcome["error"] = e
             finally:
+                with self._state:
+                    self._in_run = False
+                    self.agent.cancel_stop()  # a stop that came as the run ended: not for the next one
                 self.events.put(("done", None))
 
         self.events = queue.Queue()  # a fresh queue per run: nothing left over from an abandoned one
+        with self._state:
+            self._in_run = True
         worker = threading.Thread(target=work, name="tinyagent-web", daemon=True)
         worker.start()
         try:
             yield before
             running = True
             while running:
-                running = self._apply(reply, self.events.get())
+                try:
+                    running = self._apply(reply, self.events.get(timeout=IDLE_YIELD_S))
+                except queue.Empty:  # nothing new: the same chat again, a moment for Gradio to end us
+                    pass
                 while running and not self.events.empty():  # coalesce what arrived meanwhile
                     running = self._apply(reply, self.events.get())
                 if running:
                     yield before + reply.messages()
         finally:
             if worker.is_alive():  # the page went away mid-run: end it after the step in progress
-                self.agent.stop()
+                self.stop()
                 worker.join()
             reply.finish(outcome.get("result"), outcome.get("error"))
             self.messages = before + reply.messages()
@@ -187,80 +132,92 @@ class Session:
             reply.on_text(value)
         elif kind == "step":
             reply.on_step(value)
+        elif kind in ("approve", "answered"):
+            reply.waiting = value
         return kind != "done"
 
 
 class ChatPage:
-    """The sessions of one page, by Gradio session id, and what its buttons do to them."""
+    """The sessions of one page, by the ids the server gave them, and what its buttons do to them."""
 
-    def __init__(self, factory: AgentFactory, about: str = ""):
+    def __init__(self, factory: AgentFactory, about: str = "", max_question_chars: int = DEFAULT_MAX_QUESTION_CHARS,
+                 max_sessions: int = DEFAULT_MAX_SESSIONS, session_ttl: float = DEFAULT_SESSION_TTL,
+                 max_runs: int = DEFAULT_MAX_RUNS, clock: Callable[[], float] = time.monotonic):
         self.factory, self.about = factory, about
-        self.sessions: dict[str, Session] = {}
-        self._lock = threading.Lock()
+        self.max_question_chars, self.max_runs = max_question_chars, max_runs
+        self.sessions: SessionStore[Session] = SessionStore(
+            lambda: Session(factory), max_sessions, session_ttl, busy=lambda s: s.running.locked(),
+            on_drop=lambda s: s.stop(), clock=clock)
 
-    def session(self, key: str) -> Session:
-        with self._lock:
-            if key not in self.sessions:
-                self.sessions[key] = Session(self.factory)
-            return self.sessions[key]
-
-    def respond(self, key: str, question: str) -> Iterator[Messages | None]:
-        """The chat as it grows while `question` runs; None when another run of this session is going on."""
-        session = self.session(key)
+    def respond(self, key: str, question: str) -> Iterator[tuple[str, Messages | None, str | None]]:
+        """(session id, the chat as it grows, None) while `question` runs; a label of LABELS instead of the
+        chat when it cannot run: "busy" (this session runs one), "too_long", "full" (no room for a session)."""
         question = (question or "").strip()
-        if not question:
-            yield session.messages
+        if len(question) > self.max_question_chars:
+            yield key, None, "too_long"
             return
-        if not session.running.acquire(blocking=False):
-            yield None
+        if not question:
+            session = self.sessions.find(key)
+            yield key, session.messages if session is not None else [], None
             return
         try:
-            yield from session.ask(question)
+            key, session, _ = self.sessions.get(key)
+        except SessionsFull:
+            yield key, None, "full"
+            return
+        if not session.running.acquire(blocking=False):
+            yield key, None, "busy"
+            return
+        try:
+            for chat in session.ask(question):
+                yield key, chat, None
         finally:
             session.running.release()
+            self.sessions.touch(key)
+
+    def warning(self, label: str, question: str) -> str:
+        """What the page says when a question cannot run (`respond`'s label), in the question's language."""
+        return LABELS[detect_lang(question)][label].format(n=len(question.strip()), limit=self.max_question_chars)
 
     def stop(self, key: str) -> None:
         """End the session's run after the step in progress; its steps so far stay on the page."""
-        session = self.sessions.get(key)
-        if session is not None and session.running.locked():
-            session.agent.stop()
+        session = self.sessions.find(key)
+        if session is not None:
+            session.stop()
+
+    def approve(self, key: str, decision: str, arguments: str = "", reason: str = "") -> bool:
+        """Answer the session's call waiting for approval (run, always, edit, refuse); False when none waits."""
+        verdict, session = web_approval.verdict_of(decision, arguments, reason), self.sessions.find(key)
+        return session is not None and session.pending.answer(verdict)
+
+    def card(self, key: str) -> tuple:
+        """What the approval card shows now (`web_approval.Pending.card`); hidden for no session."""
+        session = self.sessions.find(key)
+        if session is None:
+            return web_approval.card_values(_gradio(), None, "en")
+        return session.pending.card(_gradio(), session.agent.lang)
 
     def clear(self, key: str) -> Messages:
         """Forget the conversation (stopping a run in progress first)."""
-        session = self.sessions.get(key)
+        session = self.sessions.find(key)
         if session is not None:
-            self.stop(key)
+            session.stop()
             with session.running:
                 session.agent.reset()
                 session.messages = []
         return []
 
-    def forget(self, key: str) -> None:
-        """The browser tab closed: stop its run and drop its session."""
-        self.stop(key)
-        with self._lock:
-            self.sessions.pop(key, None)
-
     def build(self) -> "gr.Blocks":
-        """The page: header, chat, question box, Send / Stop / Clear."""
+        """The page: header, chat, question box, Send / Stop / Clear, and the hidden session id."""
         gr = _gradio()
 
-        def respond(question: str, request: gr.Request):
-            for chat in self.respond(request.session_hash, question):
-                if chat is None:
-                    gr.Warning(LABELS[detect_lang(question)]["busy"])
-                    yield gr.skip(), question
+        def respond(question: str, key: str):
+            for key, chat, label in self.respond(key, question):
+                if label is not None:
+                    gr.Warning(self.warning(label, question))
+                    yield gr.skip(), question, key, *self.card(key)
                 else:
-                    yield chat, ""
-
-        def stop(request: gr.Request) -> None:
-            self.stop(request.session_hash)
-
-        def clear(request: gr.Request) -> Messages:
-            return self.clear(request.session_hash)
-
-        def forget(request: gr.Request) -> None:
-            self.forget(request.session_hash)
+                    yield chat, "", key, *self.card(key)
 
         with gr.Blocks(title="TinyAgent", analytics_enabled=False) as page:
             gr.Markdown(f"## TinyAgent\n{redact(self.about)}", elem_id="about")
@@ -268,23 +225,28 @@ class ChatPage:
                               buttons=["copy", "copy_all"])
             with gr.Row():
                 box = gr.Textbox(show_label=False, placeholder="Ask a question · 输入问题", scale=6,
-                                 autofocus=True, elem_id="question")
+                                 autofocus=True, elem_id="question", max_length=self.max_question_chars)
                 send = gr.Button("Send · 发送", variant="primary", scale=1, elem_id="send")
                 halt = gr.Button("Stop · 停止", variant="stop", scale=1, elem_id="stop")
                 wipe = gr.Button("Clear · 清空", scale=1, elem_id="clear")
-            box.submit(respond, [box], [chat, box], api_name="respond", concurrency_limit=None)
-            send.click(respond, [box], [chat, box], api_visibility="private", concurrency_limit=None)
-            halt.click(stop, None, None, api_name="stop", concurrency_limit=None)
-            wipe.click(clear, None, [chat], api_name="clear", concurrency_limit=None)
-            chat.clear(clear, None, [chat], api_visibility="private", concurrency_limit=None)  # its bin icon
-            page.unload(forget)
+            card = web_approval.Card.build(gr)
+            key = gr.Textbox(visible=False, elem_id="session")  # the server's id of this tab's conversation
+            runs = {"concurrency_limit": self.max_runs, "concurrency_id": "runs"}  # more wait in the queue
+            shown = [chat, box, key, *card.outputs]
+            box.submit(respond, [box, key], shown, api_name="respond", **runs)
+            send.click(respond, [box, key], shown, api_visibility="private", **runs)
+            card.wire(gr, self.approve, key)
+            halt.click(self.stop, [key], None, api_name="stop", concurrency_limit=None)
+            wipe.click(self.clear, [key], [chat], api_name="clear", concurrency_limit=None)
+            chat.clear(self.clear, [key], [chat], api_visibility="private", concurrency_limit=None)  # its bin icon
         return page
 
 
-def serve(page: "gr.Blocks", host: str = "127.0.0.1", port: int = 7860, share: bool = False
-          ) -> tuple[str, str | None]:
-    """Start the page's server in the background; return its local URL and its public link, if shared."""
+def serve(page: "gr.Blocks", host: str = "127.0.0.1", port: int = 7860, share: bool = False,
+          auth: tuple[str, str] | None = None) -> tuple[str, str | None]:
+    """Start the page's server in the background; return its local URL and its public link, if shared.
+    `auth` (user, password): a login page first, and every route refused without it."""
     page.queue(default_concurrency_limit=None)
     _, url, public = page.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=True,
-                                 quiet=True, ssr_mode=False, footer_links=["api"])
+                                 quiet=True, ssr_mode=False, footer_links=["api"], auth=[auth] if auth else None)
     return url, public

@@ -1,6 +1,7 @@
 """The agent (layer 3): the loop, what a run produces, tool calls and context fitting.
 
-- loop.py: `Agent`, the ReAct loop on one screen (`run` -> `_steps`).
+- loop.py: `Agent`, the loop (`run` -> `_steps` -> `_turn`).
+- protocols.py: ReAct text or the model's own tool calls, what the loop asks of each.
 - results.py: `Step`, `AgentResult`, `StopReason`, and `Generation` (one model call).
 - tool_calls.py: resolve, validate, guard and invoke one tool call.
 - observations.py: tool output as it enters the prompt (control tokens, distilling, the length cap).

@@ -1,6 +1,7 @@
 """Keep every prompt inside the model's context window, shortening it deterministically."""
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from ..format.messages import prompt_messages
@@ -13,6 +14,9 @@ from ..format.observations import (
 
 MIN_OBSERVATION_CHARS = 200
 MIN_QUESTION_CHARS = 200
+DEFAULT_REPLY_ROOM = 512  # tokens kept for the reply when neither the call nor the model says max_new_tokens
+
+log = logging.getLogger(__package__)
 
 
 class ContextOverflow(Exception):
@@ -23,9 +27,36 @@ class ContextOverflow(Exception):
         self.notes = notes
 
 
+def prompt_budget(model, kwargs: dict) -> int | None:
+    """Tokens a prompt may take: the model's window less the reply's room; None when unknown."""
+    window = getattr(model, "context_window", None)
+    if not window:
+        return None
+    return window - (kwargs.get("max_new_tokens") or getattr(model, "generation_defaults", {}).get("max_new_tokens")
+                     or DEFAULT_REPLY_ROOM)
+
+
+def fit_prompt(messages: list[dict], steps, suffix: str, model, kwargs: dict, lang: str,
+               render: Callable = prompt_messages) -> list[str]:
+    """`fit` to the model's window less the reply's room (nothing when the window is unknown); notes logged.
+    The tools a template shows (`kwargs["tools"]`) count too."""
+    budget = prompt_budget(model, kwargs)
+    if budget is None:
+        return []
+    count = model.count_tokens
+    if kwargs.get("tools"):
+        count = (lambda m, tools=kwargs["tools"]: model.count_tokens(m, tools=tools))
+    notes = fit(messages, steps, suffix, count, budget, lang, render)
+    for note in notes:
+        log.info("context: %s", note)
+    return notes
+
+
 def fit(messages: list[dict], steps, suffix: str, count: Callable[[list[dict]], int | None],
-        budget: int, lang: str) -> list[str]:
+        budget: int, lang: str, render: Callable = prompt_messages) -> list[str]:
     """Shorten `messages` and the steps' observations in place until the prompt fits `budget` tokens.
+
+    `render(messages, steps, suffix)` makes the prompt (the protocol's messages; ReAct's by default).
 
     Order: the oldest chat turns first, then the longest observation (halved each time, with a
     marker), then the middle of the question. Returns one note per shortening; raises
@@ -33,7 +64,7 @@ def fit(messages: list[dict], steps, suffix: str, count: Callable[[list[dict]], 
     """
     notes: list[str] = []
     while True:
-        used = count(prompt_messages(messages, steps, suffix))
+        used = count(render(messages, steps, suffix))
         if used is None or used <= budget:
             return notes
         reason = f"prompt {used} tokens > budget {budget}"

@@ -1,4 +1,7 @@
-"""The ReAct loop: ask the model for a step, run the tool it names, append the observation, repeat."""
+"""The loop: ask the model for a step, run the tools it calls, append the results, repeat; in ReAct text or
+the model's own tool-call format (`protocols.py`).
+
+A little over 300 lines: the loop with its model and tool calls through the hooks reads best whole."""
 from __future__ import annotations
 
 import inspect
@@ -7,16 +10,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..format import prompts
 from ..format.arguments import bad_input_message
 from ..format.kinds import StepKind
-from ..format.messages import Message, history_to_messages, prompt_messages
-from ..format.observations import (
-    error_observation,
-    repeated_call_observation,
-)
-from ..format.reading import Reading, cut_at_observation, read_forced_answer, read_step
-from ..format.step_format import next_step_format, require_outlines
+from ..format.messages import Message, history_to_messages
+from ..format.reading import Reading
+from ..format.step_format import require_outlines
 from ..models.base import BaseModel, usage_of
 from ..text import lang_for, one_line
 from ..tools.base import Tool
@@ -24,6 +22,9 @@ from ..tools.base import tool as make_tool
 from ..tools.llm_tool import LLMTool
 from ..tutorial import TutorialAgent
 from . import context, observations, tool_calls
+from .approval import Approver, Ask, as_approver
+from .hooks import HookFailed, Hooks, ModelCall, Run, ToolCall, around, guarded, notify
+from .protocols import protocol_for
 from .results import AgentResult, Generation, Step, StopReason
 
 log = logging.getLogger(__package__)  # "tinyagent.agent", for the whole loop
@@ -38,8 +39,13 @@ class Agent(TutorialAgent):
 
     One `Agent` keeps one conversation (`chat`); use one instance per thread.
     `on_step(step)` is called after each step, `on_text(text)` with text as the model writes it.
-    `constrained=True` has the model decode only replies in the ReAct format for these tools
+    `constrained=True` has the model decode only replies in the format for these tools
     (`format.step_format.next_step_format`); the model must support it (`HFChatModel` with outlines).
+    `protocol` is how the model calls tools: "react" (ReAct text, the default), "tools" (the model's own
+    tool-call format, `protocols.Tools`; several calls in one reply run together) or "auto"
+    (`protocols.auto_protocol`); each result says which it used (`AgentResult.protocol`).
+    `approve` (a callable or an `Approver`) is asked before tool calls run (approval.py); `hooks`
+    run around each run, model call and tool call (hooks.py), after the approver.
     """
 
     def __init__(
@@ -58,6 +64,9 @@ class Agent(TutorialAgent):
         tool_timeout: float | None = DEFAULT_TOOL_TIMEOUT,
         on_step: Callable[[Step], None] | None = None,
         on_text: Callable[[str], None] | None = None,
+        approve: Approver | Ask | None = None,
+        hooks: list[Hooks] | None = None,
+        protocol: str = "react",
         **generate_kwargs,
     ):
         if lang not in ("auto", "en", "zh"):
@@ -70,6 +79,7 @@ class Agent(TutorialAgent):
         if constrained:
             require_outlines()
         self.model = model
+        self.protocol = protocol_for(protocol, model)
         self.tools: dict[str, Tool] = {}
         for t in tools or []:
             self.add_tool(t)
@@ -80,14 +90,21 @@ class Agent(TutorialAgent):
         self.distill_observations, self.distill_threshold = distill_observations, distill_threshold
         self.constrained, self.tool_timeout = constrained, tool_timeout
         self.on_step, self.on_text = on_step, on_text
+        self.hooks: list[Hooks] = ([as_approver(approve)] if approve is not None else []) + list(hooks or [])
         self.generate_kwargs = generate_kwargs
         self.history: list[tuple[str, str]] = []
         self._stop = threading.Event()
+        self._run: Run | None = None  # the run in progress, as hooks see it
 
     def stop(self) -> None:
         """End the run in progress after its current step (thread-safe); it ends with stop_reason
-        "stopped" and keeps its steps. The next run starts normally."""
+        "stopped" and keeps its steps. Asked between runs, it ends the next run before its first step:
+        a stop is never lost. The run after a stopped one starts normally."""
         self._stop.set()
+
+    def cancel_stop(self) -> None:
+        """Withdraw a stop that has not ended a run yet (one asked just after the run it meant ended)."""
+        self._stop.clear()
 
     def add_tool(self, t: Tool | Callable) -> None:
         t = t if isinstance(t, Tool) else make_tool(t)
@@ -96,11 +113,11 @@ class Agent(TutorialAgent):
         self.tools[t.name_for_model] = t
 
     def system_prompt_for(self, lang: str = "en") -> str:
-        """The system prompt: tool descriptions and the ReAct format in `lang` (or `system_prompt`)."""
+        """The system prompt in `lang` (or `system_prompt`): for ReAct, tool descriptions and the format."""
         if self.system_prompt is not None:
             return self.system_prompt
         examples = self.examples.get(lang) if isinstance(self.examples, dict) else self.examples
-        return prompts.build_system_prompt(list(self.tools.values()), lang, examples)
+        return self.protocol.system_prompt(list(self.tools.values()), lang, examples)
 
     def chat(self, question: str) -> AgentResult:
         """Answer `question` with the earlier turns of this conversation in context."""
@@ -116,36 +133,56 @@ class Agent(TutorialAgent):
     def run(self, question: str, history: list | None = None) -> AgentResult:
         """Answer one question: step until a final answer or `max_turns`, then force one.
 
-        A model that raises ends the run with the steps so far (stop_reason "model_error");
-        KeyboardInterrupt still interrupts.
+        A model that raises ends the run with the steps so far (stop_reason "model_error"), and so
+        does a hook ("hook_error"); KeyboardInterrupt still interrupts.
         """
         started = time.perf_counter()
-        self._stop.clear()
         lang = lang_for(self.lang, question)
         messages: list[Message] = [{"role": "system", "content": self.system_prompt_for(lang)},
                                    *history_to_messages(history), {"role": "user", "content": question}]
-        result = AgentResult(question=question, lang=lang)
+        result = AgentResult(question=question, lang=lang, protocol=str(self.protocol.name))
+        self._run = Run(question, lang, result, self.model, self.tools, self.stop)
         try:
-            reason = self._steps(messages, result, lang)
-        except context.ContextOverflow as e:
-            reason = self._no_reply(result, StepKind.CONTEXT_OVERFLOW, str(e), e.notes)
-        except _ModelFailed as e:
-            reason = self._no_reply(result, StepKind.MODEL_ERROR, e.message)
-        result.stop_reason, result.finished = reason, reason.finished
-        result.seconds = time.perf_counter() - started
+            with around(self.hooks, "run", self._run):
+                self._end(result, self._reason(messages, result, lang), started)
+        except HookFailed as e:  # before_run or after_run
+            self._end(result, self._no_reply(result, StepKind.HOOK_ERROR, e.message), started)
+        finally:
+            self._run = None
+            self._stop.clear()  # the stop, if any, ended this run
         return result
 
+    def _reason(self, messages: list[Message], result: AgentResult, lang: str) -> StopReason:
+        """Why the run's steps ended; a failure that ended them is recorded as a last step without a reply."""
+        try:
+            return self._steps(messages, result, lang)
+        except context.ContextOverflow as e:
+            return self._no_reply(result, StepKind.CONTEXT_OVERFLOW, str(e), e.notes)
+        except _ModelFailed as e:
+            return self._no_reply(result, StepKind.MODEL_ERROR, e.message)
+        except HookFailed as e:  # recorded here, so that after_run hooks see how the run ended
+            return self._no_reply(result, StepKind.HOOK_ERROR, e.message)
+
+    @staticmethod
+    def _end(result: AgentResult, reason: StopReason, started: float) -> None:
+        result.stop_reason, result.finished = reason, reason.finished
+        result.seconds = time.perf_counter() - started
+
     def _steps(self, messages: list[Message], result: AgentResult, lang: str) -> StopReason:
-        """The run's steps up to an answer, the turn cap's forced answer, or a stop request."""
-        for index in range(self.max_turns):
+        """The run's turns (one model reply each, one step per tool call) up to an answer, the turn cap's
+        forced answer, or a stop request."""
+        for turn in range(self.max_turns):
             if self._stop.is_set():
                 return StopReason.STOPPED
-            step = self._record(result, self._step(index, self._generate(messages, result), result, lang))
-            if step.final_answer is not None:
-                result.answer = step.final_answer
-                return StopReason(step.kind)
-        generation = self._generate(messages, result, suffix=prompts.FORCE_FINAL[lang])
-        answer = read_forced_answer(generation.reply)
+            for step in self._turn(turn, self._generate(messages, result), result, lang):
+                self._record(result, step)
+                if step.final_answer is not None:
+                    result.answer = step.final_answer
+                    return StopReason(step.kind)
+        if self._stop.is_set():
+            return StopReason.STOPPED
+        generation = self._generate(messages, result, suffix=self.protocol.forced_suffix(lang), purpose="forced_answer")
+        answer = self.protocol.forced_answer(generation.reply, lang)
         self._record(result, generation.into(Step(
             index=len(result.steps), text=generation.reply.rstrip(), final_answer=answer or None,
             kind=StepKind.FORCED_ANSWER if answer else StepKind.NO_FORCED_ANSWER,
@@ -155,68 +192,84 @@ class Agent(TutorialAgent):
 
     def _no_reply(self, result: AgentResult, kind: StepKind, error: str, notes: list | None = None) -> StopReason:
         """Record why a run got no reply (its steps so far are kept): the step, and the run's error."""
-        self._record(result, Step(index=len(result.steps), text="", kind=kind, error=error, notes=notes or []))
+        try:
+            self._record(result, Step(index=len(result.steps), text="", kind=kind, error=error, notes=notes or []))
+        except HookFailed as e:  # the hook that failed may fail again on this step: the first error stands
+            log.info("a hook failed on the step that ends the run: %s", e.message)
         result.answer, result.error = "", error
         return StopReason(kind)
 
-    def _call_model(self, messages: list[Message], **kwargs) -> str:
-        try:
-            return self.model.generate(messages, **kwargs)
-        except Exception as e:  # a server's 400, out of memory: the run ends, its steps are kept
-            log.info("the model failed", exc_info=True)
-            raise _ModelFailed(one_line(e, limit=None)) from e
+    def _call_model(self, messages: list[Message], purpose: str, result: AgentResult | None, **kwargs
+                    ) -> ModelCall:
+        """One model call through the model hooks (which may change the prompt or answer it themselves)."""
+        call = ModelCall(self._run, len(result.steps) if result is not None else 0, purpose, messages, kwargs)
+        with around(self.hooks, "model", call, settled=lambda c: c.reply is not None):
+            if call.reply is None:
+                t0 = time.perf_counter()
+                try:
+                    call.reply = self.model.generate(call.messages, **call.options)
+                except Exception as e:  # a server's 400, out of memory: the run ends, its steps are kept
+                    log.info("the model failed", exc_info=True)
+                    call.error = e
+                    raise _ModelFailed(one_line(e, limit=None)) from e
+                finally:
+                    call.seconds = time.perf_counter() - t0
+        return call
 
-    def _generate(self, messages: list[Message], result: AgentResult, suffix: str = "") -> Generation:
-        """One model call on the conversation plus the scratchpad (the run's steps, then `suffix`)."""
+    def _generate(self, messages: list[Message], result: AgentResult, suffix: str = "", purpose: str = "step"
+                  ) -> Generation:
+        """One model call on the conversation plus the run's steps (then `suffix`), as the protocol writes
+        them: its messages, stop strings, tools and, when constrained, the reply's format."""
         kwargs = dict(self.generate_kwargs)
-        notes = self._fit_context(messages, result, suffix, kwargs)
+        kwargs.update(self.protocol.options(list(self.tools.values()), result.steps, forced=bool(suffix),
+                                            constrained=self.constrained, lang=result.lang))
+        notes = context.fit_prompt(messages, result.steps, suffix, self.model, kwargs, result.lang,
+                                   render=self.protocol.prompt)
         if self.on_text is not None:
             kwargs["on_text"] = self.on_text
-        if self.constrained:  # only replies in the ReAct format (next_step_format says which)
-            kwargs["constraint"] = next_step_format(self.tools.values(), result.steps, forced=bool(suffix))
-        prompt = prompt_messages(messages, result.steps, suffix)
-        t0 = time.perf_counter()
-        reply = self._call_model(prompt, stop=list(prompts.STOP_WORDS), **kwargs)
-        seconds = time.perf_counter() - t0
-        usage = usage_of(reply)
+        prompt = self.protocol.prompt(messages, result.steps, suffix)
+        notes += self.protocol.before_call(self.model, prompt, kwargs.get("tools"), result.steps)
+        call = self._call_model(prompt, purpose, result, **kwargs)
+        self.protocol.after_call(str(call.reply))
+        usage = usage_of(call.reply)
         result.add_usage(usage)
-        return Generation(cut_at_observation(str(reply)), usage, seconds, notes)
+        return Generation(self.protocol.reply(call.reply), usage, call.seconds, notes)
 
-    def _fit_context(self, messages: list[Message], result: AgentResult, suffix: str, kwargs: dict) -> list[str]:
-        """Shorten the prompt when it would not leave room for the reply in the model's window."""
-        budget = self._prompt_budget(kwargs)
-        if budget is None:
-            return []
-        notes = context.fit(messages, result.steps, suffix, self.model.count_tokens, budget, result.lang)
-        for note in notes:
-            log.info("context: %s", note)
-        return notes
+    # --- one turn: a reply, and a step per call -------------------------------------------------
 
-    def _prompt_budget(self, kwargs: dict) -> int | None:
-        """Tokens a prompt may take: the model's window less the reply's room; None when unknown."""
-        window = getattr(self.model, "context_window", None)
-        if not window:
-            return None
-        max_new = (kwargs.get("max_new_tokens") or getattr(self.model, "generation_defaults", {}).get("max_new_tokens")
-                   or 512)
-        return window - max_new
+    def _turn(self, turn: int, generation: Generation, result: AgentResult, lang: str) -> list[Step]:
+        """Read one reply and act on it: one step per tool call (the first with the call's counts).
+        Several calls run together (`tool_calls.run_together`), unless an approver asks about each."""
+        readings = self.protocol.read(generation.reply, self.tools.values(), lang)
+        steps = [Step.of(len(result.steps) + i, r) for i, r in enumerate(readings)]
+        calls = []
+        for i, (step, reading) in enumerate(zip(steps, readings)):
+            step.turn = turn if len(steps) > 1 else None
+            tool = self._act(step, reading, lang, result, steps[:i])
+            if tool is not None:
+                calls.append((step, tool))
+        asks = any(isinstance(h, Approver) for h in self.hooks)
+        tool_calls.run_together(calls, lambda step, tool: self._run_tool(step, tool, lang, result), together=not asks)
+        generation.into(steps[0])
+        return steps
 
-    # --- one step ------------------------------------------------------------------------
-
-    def _step(self, index: int, generation: Generation, result: AgentResult, lang: str) -> Step:
-        """Read one reply and act on it, with the call's counts."""
-        return generation.into(self._act(index, read_step(generation.reply, self.tools.values(), lang), lang, result))
-
-    def _act(self, index: int, reading: Reading, lang: str, result: AgentResult | None) -> Step:
-        """The step of a reading: a final answer, a tool call, or an error observation (`result` is None
-        outside a run)."""
+    def _step_of(self, index: int, reading: Reading, lang: str, result: AgentResult | None) -> Step:
+        """The step of one reading, acted on: its call run, or its answer or error observation."""
         step = Step.of(index, reading)
+        tool = self._act(step, reading, lang, result)
+        return step if tool is None else self._run_tool(step, tool, lang, result)
+
+    def _act(self, step: Step, reading: Reading, lang: str, result: AgentResult | None,
+             earlier: list[Step] = ()) -> Tool | None:
+        """Fill in the step of a reading: a final answer, an error observation, or a call ready to run
+        (its tool is returned; `result` is None outside a run)."""
         if reading.kind in (StepKind.FINAL_ANSWER, StepKind.NO_ACTION):
             step.final_answer = reading.answer
-            return step
+            return None
         if reading.kind == StepKind.ACTION:
-            return self._call_tool(step, lang, result)
-        return self._format_error(step, reading.kind, reading.error, result)
+            return self._prepare_call(step, result, earlier)
+        self._format_error(step, reading.kind, reading.error, result)
+        return None
 
     def _format_error(self, step: Step, kind: StepKind, message: str, result: AgentResult | None) -> Step:
         """An error observation; the same mistake twice in a row also gets a complete worked step."""
@@ -224,26 +277,33 @@ class Agent(TutorialAgent):
         last = result.steps[-1] if result is not None and result.steps else None
         repeated = last is not None and last.kind == kind and last.error == message and self.tools
         worked = (self.tools.get(step.action or "") or next(iter(self.tools.values()))) if repeated else None
-        step.observation = error_observation(message, worked)
+        step.observation = self.protocol.error_observation(message, worked)
         return step
 
-    def _call_tool(self, step: Step, lang: str, result: AgentResult | None) -> Step:
-        """Resolve, validate, guard and invoke the step's call."""
+    def _prepare_call(self, step: Step, result: AgentResult | None, earlier: list[Step] = ()) -> Tool | None:
+        """Resolve, validate and guard the step's call: its tool when it is to run, else None (the step
+        then holds the error observation). `earlier`: the steps before it of the same reply."""
         tool = tool_calls.resolve(step, self.tools)
         try:
             step.arguments = tool_calls.validate(tool, step)
         except tool_calls.BAD_ARGUMENTS as e:
             step.arguments = None
-            return self._format_error(step, StepKind.BAD_INPUT, bad_input_message(tool, e), result)
-        earlier = None if tool.repeatable or result is None else tool_calls.earlier_call(step, result.steps)
-        if earlier is not None:
+            self._format_error(step, StepKind.BAD_INPUT, bad_input_message(tool, e), result)
+            return None
+        same = None if tool.repeatable or result is None else tool_calls.earlier_call(step, [*result.steps, *earlier])
+        if same is not None:
             step.kind, step.error = StepKind.REPEATED_CALL, "repeated call"
-            step.observation = repeated_call_observation(step.action, earlier.index + 1)
-            return step
-        raw, step.kind, step.error, step.tool_seconds = tool_calls.run(tool, step.arguments, self.tool_timeout)
-        step.observation = self._observation_text(raw, lang, step.thought, result)
-        if step.observation != raw:
-            step.raw_observation = raw
+            step.observation = self.protocol.repeated_call(step, same, result.lang)
+            return None
+        return tool
+
+    def _run_tool(self, step: Step, tool: Tool, lang: str, result: AgentResult | None) -> Step:
+        """Invoke a prepared call through the tool hooks and shape its output into the step's observation."""
+        raw = tool_calls.settle(step, tool_calls.call(ToolCall(self._run, step, tool, step.arguments), self.hooks,
+                                                      self.tool_timeout), lang)
+        if raw is not None:
+            step.observation = self._observation_text(raw, lang, step.thought, result)
+            step.raw_observation = raw if step.observation != raw else None
         return step
 
     def _observation_text(self, raw: str, lang: str, thought: str, result: AgentResult | None) -> str:
@@ -253,15 +313,16 @@ class Agent(TutorialAgent):
             if not self.distill_observations or len(text) <= self.distill_threshold:
                 return text
             question = result.question if result is not None else ""
+            budget = context.prompt_budget(self.model, self.generate_kwargs)
             return observations.distilled(text, lang, question, thought, lambda m: self._ask(m, result),
-                                          self.model.count_tokens, self._prompt_budget(self.generate_kwargs))
+                                          self.model.count_tokens, budget)
 
         return observations.shaped(raw, lang, getattr(self.model, "control_tokens", ()), self.max_observation_chars,
                                    distill)
 
     def _ask(self, messages: list[Message], result: AgentResult | None) -> str:
         """A model call outside the scratchpad (distilling), counted in the run's usage."""
-        reply = self._call_model(messages, **self.generate_kwargs)
+        reply = self._call_model(messages, "distill", result, **self.generate_kwargs).reply
         if result is not None:
             result.add_usage(usage_of(reply))
         return str(reply)
@@ -269,7 +330,8 @@ class Agent(TutorialAgent):
     def _record(self, result: AgentResult, step: Step) -> Step:
         result.steps.append(step)
         if self.on_step is not None:
-            self.on_step(step)
+            guarded(self.on_step, "on_step", step)
+        notify(self.hooks, "on_step", step)
         return step
 
 

@@ -15,12 +15,18 @@ class StopReason(StrEnum):
     NO_FORCED_ANSWER = "no_forced_answer"  # no answer even at the turn cap
     CONTEXT_OVERFLOW = "context_overflow"  # the prompt did not fit the context window
     MODEL_ERROR = "model_error"            # the model raised
+    HOOK_ERROR = "hook_error"              # a hook (or on_step) raised
     STOPPED = "stopped"                    # `Agent.stop()` was called
 
     @property
     def finished(self) -> bool:
         """The run ended with an answer from the model (final, chit-chat or forced)."""
         return self in (StopReason.FINAL_ANSWER, StopReason.NO_ACTION, StopReason.MAX_TURNS)
+
+    @property
+    def failed(self) -> bool:
+        """Something raised and ended the run (`result.error` says what): reported as an error."""
+        return self in (StopReason.MODEL_ERROR, StopReason.HOOK_ERROR)
 
 
 @dataclass
@@ -33,12 +39,15 @@ class Step:
     thought: str = ""
     action: str | None = None       # tool name the model asked for
     action_input: str | None = None  # the raw text after `Action Input:`
-    arguments: dict | None = None   # the parsed arguments, when they parsed
+    arguments: dict | None = None   # the parsed arguments, when they parsed (the approver's, when edited)
+    edited_from: dict | None = None  # the model's arguments, when the approver edited them
     observation: str | None = None  # what the model sees next
     raw_observation: str | None = None  # the tool's output before cutting / distilling, if different
     final_answer: str | None = None
     error: str | None = None        # what went wrong in this step, if anything
-    notes: list[str] = field(default_factory=list)  # how the prompt was shortened to fit the context
+    notes: list[str] = field(default_factory=list)  # how the prompt was shortened to fit, or its cache reuse cut
+    turn: int | None = None         # tools protocol: which model reply the step came from (one reply, many calls)
+    call_id: str | None = None      # tools protocol: the call's id, when the server gave one
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
@@ -53,7 +62,8 @@ class Step:
     def of(cls, index: int, reading: Reading) -> Step:
         """The step a reply was read as, before the agent acts on it."""
         return cls(index=index, text=reading.text, kind=reading.kind, thought=reading.thought,
-                   action=reading.action, action_input=reading.action_input, arguments=reading.arguments)
+                   action=reading.action, action_input=reading.action_input, arguments=reading.arguments,
+                   call_id=reading.call_id)
 
 
 @dataclass
@@ -65,8 +75,9 @@ class AgentResult:
     steps: list[Step] = field(default_factory=list)
     finished: bool = False          # True only when the model gave an answer (final, chit-chat or forced)
     stop_reason: StopReason | str = ""
-    error: str | None = None        # for model_error / context_overflow: what went wrong (redacted)
+    error: str | None = None        # for model_error / hook_error / context_overflow: what went wrong (redacted)
     lang: str = "en"
+    protocol: str = "react"         # how the model called tools: "react" text or its own "tools" format
     generate_calls: int = 0
     prompt_tokens: int | None = None
     completion_tokens: int | None = None

@@ -6,8 +6,10 @@ import os
 import typing
 
 from .. import models
-from ..agent import Agent
+from ..agent import Agent, telemetry
+from ..agent.approval import Approver
 from ..format.step_format import require_outlines
+from ..models.embedded import runtime_for
 from ..secrets import register_secret
 from ..text import one_line
 from ..tools import Calculator, GoogleSearch, LocalSearch, mcp
@@ -25,9 +27,14 @@ def build_model(cfg: Config):
         log.warning("trust_remote_code is on for %s: Python code from that model repository will run on "
                     "this machine with your permissions. Use it only for repositories you trust.", m.path)
     local = {"max_batch": m.max_batch, "kept_prefixes": m.kept_prefixes}
+    llama = {k: getattr(m, k) for k in ("context_window", "kv_cells", "threads") if getattr(m, k) is not None}
     if m.backend == "embedded":  # CPU unless a device is named: 135M parameters need no GPU
-        return models.default_model(**({} if m.device == "auto" else {"device": m.device}), dtype=m.dtype,
-                                 **local, **gen)
+        device = {} if m.device == "auto" else {"device": m.device}
+        runtime = embedded_runtime(cfg)
+        extra = llama if runtime == "llamacpp" else {**device, "dtype": m.dtype}
+        return models.default_model(runtime=runtime, **extra, **local, **gen)
+    if m.backend == "llamacpp":
+        return models.LlamaCppModel(gguf_path(m), **local, **llama, **gen)
     if m.backend == "hf":
         return models.HFChatModel(m.path, device=m.device, dtype=m.dtype, gguf_file=m.gguf_file,
                                trust_remote_code=m.trust_remote_code, **local, **gen)
@@ -38,7 +45,19 @@ def build_model(cfg: Config):
     register_secret(api_key)
     return models.OpenAIChatModel(m.base_url, m.name, api_key=api_key, timeout=m.timeout,
                                max_retries=m.max_retries, scratchpad=m.scratchpad,
-                               guided_decoding=m.guided_decoding, **gen)
+                               guided_decoding=m.guided_decoding, deadline=m.deadline,
+                               max_response_bytes=m.max_response_bytes, context_window=m.context_window, **gen)
+
+
+def embedded_runtime(cfg: Config) -> str:
+    """Which runtime serves the embedded model under this config: "llamacpp" or "hf" (`runtime_for`)."""
+    m = cfg.model
+    return runtime_for(m.runtime, "cpu" if m.device == "auto" else m.device, m.dtype)
+
+
+def gguf_path(m) -> str:
+    """The .gguf file a llamacpp config names: `path` itself, or `gguf_file` inside the `path` folder."""
+    return os.path.join(os.path.expanduser(m.path), m.gguf_file) if m.gguf_file else os.path.expanduser(m.path)
 
 
 def select_tools(cfg: Config, env: typing.Mapping[str, str] | None = None) -> tuple[list[str], str | None]:
@@ -93,12 +112,36 @@ def close_tools(tools: list) -> None:
 
 
 def build_agent(cfg: Config, model=None, tools: list | None = None, **agent_kwargs):
-    """An `Agent` for the config: its tools and model (each built unless given) and settings.
+    """An `Agent` for the config: its tools and model (each built unless given), settings and hooks.
 
-    Tools are built first so a bad corpus fails before a slow model load. `agent_kwargs`
-    (on_step, on_text, ...) are passed to `Agent` and win over the config.
+    Tools are built first so a bad corpus fails before a slow model load. When `agent.approve` /
+    `agent.approve_mcp` say to ask about a tool, the agent's first hook is an `Approver` with no one to
+    ask (such calls are refused) until the caller gives it someone (`approval.give_asker`: the CLI's
+    terminal, the chat page's card). `agent_kwargs` (on_step, on_text, ...) are passed to `Agent` and
+    win over the config.
     """
     tools = tools if tools is not None else build_tools(cfg)
     model = model if model is not None else build_model(cfg)
     kwargs = {**cfg.agent.agent_kwargs(), **cfg.generation_kwargs(), **agent_kwargs}
-    return Agent(model, tools, **kwargs)
+    if cfg.agent.otel:
+        kwargs["hooks"] = [*kwargs.get("hooks", []), telemetry.Tracing()]
+    agent = Agent(model, tools, **kwargs)
+    unknown = sorted(set(cfg.agent.approve) - set(agent.tools))
+    if unknown:
+        raise ConfigError(f"agent.approve: no tool named {', '.join(unknown)}; tools: {', '.join(agent.tools)}")
+    policy = {name: cfg.agent.approve.get(name) or (cfg.agent.approve_mcp if isinstance(t, mcp.MCPTool) else "always")
+              for name, t in agent.tools.items()}
+    if any(value != "always" for value in policy.values()):  # approval goes first: it sees every call
+        agent.hooks.insert(0, Approver(None, policy, default="always"))
+    return agent
+
+
+def start_tracing(cfg: Config):
+    """With `agent.otel`, a global TracerProvider from the OTEL_* variables unless one is set
+    (`telemetry.configure`); returns it, for `shutdown()` at exit, or None."""
+    if not cfg.agent.otel:
+        return None
+    try:
+        return telemetry.configure()
+    except (ValueError, ImportError) as e:
+        raise ConfigError(f"agent.otel: {e}") from None

@@ -6,21 +6,28 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import types
 import typing
 from pathlib import Path
 
+from ..agent import telemetry
+from ..agent.protocols import PROTOCOLS
+from ..engine.llama_runtime import INSTALL_HINT as LLAMACPP_HINT
+from ..engine.llama_runtime import llamacpp_available
 from ..format.step_format import INSTALL_HINT, outlines_available
 from ..models.openai import GUIDED_DECODING_FIELDS, SCRATCHPAD_MODES
-from ..secrets import register_secret
+from ..secrets import register_args, register_secret, register_url
 from ..text import clip
 from ..tools.mcp.spec import spec_problem
 from .schema import (
+    APPROVALS,
     BACKENDS,
     DTYPES,
     LANGS,
+    RUNTIMES,
     SECTIONS,
     TOOL_NAMES,
     Config,
@@ -121,21 +128,24 @@ def _fits(value, hint) -> bool:
     if origin is list:
         (item,) = typing.get_args(hint)
         return isinstance(value, list) and all(_fits(v, item) for v in value)
+    if origin is dict:
+        key, item = typing.get_args(hint)
+        return isinstance(value, dict) and all(_fits(k, key) and _fits(v, item) for k, v in value.items())
     if hint is type(None):
         return value is None
     if hint is bool:
         return isinstance(value, bool)
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is float:  # YAML's .nan and .inf are floats too, and no setting means them
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     return isinstance(value, hint)
 
 
 def _describe(hint) -> str:
-    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
+    names = {str: "a string", int: "an integer", float: "a finite number", bool: "true or false",
              type(None): "null", list[str]: "a list of strings",
-             list[dict]: "a list of mappings"}
+             list[dict]: "a list of mappings", dict[str, str]: "a mapping of names to strings"}
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         return " or ".join(_describe(arg) for arg in typing.get_args(hint))
     return names.get(hint, str(hint))
@@ -148,10 +158,14 @@ def _show(value) -> str:
 # --- checking values ---------------------------------------------------------------------------
 
 def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
-    m, g, a = cfg.model, cfg.generation, cfg.agent
+    m, g, a, w = cfg.model, cfg.generation, cfg.agent, cfg.web
     choices = {"model.backend": (m.backend, BACKENDS), "model.dtype": (m.dtype, DTYPES),
+               "model.runtime": (m.runtime, RUNTIMES),
                "model.scratchpad": (m.scratchpad, SCRATCHPAD_MODES), "agent.lang": (a.lang, LANGS),
-               "model.guided_decoding": (m.guided_decoding, (None, *GUIDED_DECODING_FIELDS))}
+               "agent.protocol": (a.protocol, PROTOCOLS),
+               "model.guided_decoding": (m.guided_decoding, (None, *GUIDED_DECODING_FIELDS)),
+               "agent.approve_mcp": (a.approve_mcp, APPROVALS),
+               **{f"agent.approve.{name}": (value, APPROVALS) for name, value in a.approve.items()}}
     for key, (value, valid) in choices.items():
         if value not in valid:
             _fail(where, key, f"{value!r} is not one of {', '.join(map(str, valid))}")
@@ -160,16 +174,22 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
     minimums = {"agent.max_turns": (a.max_turns, 1), "generation.max_new_tokens": (g.max_new_tokens, 1),
                 "generation.temperature": (g.temperature, 0), "model.max_retries": (m.max_retries, 0),
                 "model.max_batch": (m.max_batch, 1), "model.kept_prefixes": (m.kept_prefixes, 0),
+                "model.context_window": (m.context_window, 16), "model.kv_cells": (m.kv_cells, 16),
+                "model.threads": (m.threads, 1),
                 "agent.max_observation_chars": (a.max_observation_chars, 1),
                 "generation.repetition_penalty": (g.repetition_penalty, 1), "generation.no_repeat_ngram_size":
-                (g.no_repeat_ngram_size, 1), "generation.max_line_tokens": (g.max_line_tokens, 1)}
+                (g.no_repeat_ngram_size, 1), "generation.max_line_tokens": (g.max_line_tokens, 1),
+                "model.max_response_bytes": (m.max_response_bytes, 1024),
+                "web.max_question_chars": (w.max_question_chars, 1), "web.max_sessions": (w.max_sessions, 1),
+                "web.max_runs": (w.max_runs, 1)}
     for key, (value, least) in minimums.items():
         if value is not None and value < least:
             _fail(where, key, f"must be at least {least}, not {value}")
     if not 0 < g.top_p <= 1:
         _fail(where, "generation.top_p", f"must be in (0, 1], not {g.top_p}")
-    if m.timeout <= 0:
-        _fail(where, "model.timeout", f"must be a positive number of seconds, not {m.timeout}")
+    for key, seconds in (("model.timeout", m.timeout), ("model.deadline", m.deadline), ("web.session_ttl", w.session_ttl)):
+        if seconds <= 0:
+            _fail(where, key, f"must be a positive number of seconds, not {seconds}")
     for name in a.tools:
         if name not in TOOL_NAMES:
             _fail(where, "agent.tools", f"unknown tool {name!r}; valid tools: {', '.join(TOOL_NAMES)}")
@@ -178,6 +198,8 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
     if a.corpus is not None and not Path(a.corpus).expanduser().is_file():
         _fail(where, "agent.corpus", f"no such file: {a.corpus}")
     _check_mcp_servers(a.mcp_servers, where)
+    if a.otel and not telemetry.available():  # checked now, not at the first run
+        _fail(where, "agent.otel", telemetry.INSTALL_HINT)
     _check_backend(m, where)
 
 
@@ -187,8 +209,20 @@ def _check_backend(m: ModelConfig, where: typing.Callable[[str], str]) -> None:
             _fail(where, "model.path", f"backend {m.backend} needs a hub id or a local model folder")
         if _looks_local(m.path) and not Path(m.path).expanduser().exists():
             _fail(where, "model.path", f"no such model folder: {m.path}")
-    if m.gguf_file and m.backend != "hf":
-        _fail(where, "model.gguf_file", f"is only used by backend hf, not {m.backend}")
+    if m.backend == "hf" and m.gguf_file and m.path and Path(m.path).expanduser().is_dir():
+        if not (Path(m.path).expanduser() / m.gguf_file).is_file():
+            _fail(where, "model.gguf_file", f"no such GGUF file: {Path(m.path).expanduser() / m.gguf_file}")
+    if m.gguf_file and m.backend not in ("hf", "llamacpp"):
+        _fail(where, "model.gguf_file", f"is only used by backends hf and llamacpp, not {m.backend}")
+    if m.backend == "llamacpp":
+        if not m.path:
+            _fail(where, "model.path", "backend llamacpp needs a .gguf file (or a folder and model.gguf_file)")
+        gguf = Path(m.path).expanduser() / m.gguf_file if m.gguf_file else Path(m.path).expanduser()
+        if not gguf.is_file():
+            _fail(where, "model.gguf_file" if m.gguf_file else "model.path", f"no such GGUF file: {gguf}")
+    if (m.backend == "llamacpp" or m.backend == "embedded" and m.runtime == "llamacpp") and not llamacpp_available():
+        _fail(where, "model.backend" if m.backend == "llamacpp" else "model.runtime", LLAMACPP_HINT)
+    register_url(m.base_url)  # its credentials are secrets before any message can show them
     if m.backend == "openai":
         if not m.base_url:
             _fail(where, "model.base_url", "backend openai needs the server URL, e.g. http://127.0.0.1:8000/v1")
@@ -204,6 +238,10 @@ def _check_mcp_servers(specs: list[dict], where: typing.Callable[[str], str]) ->
     for i, spec in enumerate(specs):
         for value in (spec.get("env") or {}).values() if isinstance(spec, dict) else ():
             register_secret(value if isinstance(value, str) else None)  # before any error or trace shows it
+        if isinstance(spec, dict) and isinstance(spec.get("args"), list):
+            secret_flags = spec.get("secret_args") if isinstance(spec.get("secret_args"), list) else []
+            register_args([a for a in spec["args"] if isinstance(a, str)],
+                          [f for f in secret_flags if isinstance(f, str)])
         problem = spec_problem(spec)
         if problem:
             _fail(where, "agent.mcp_servers", f"entry {i + 1}: {problem}")
@@ -225,15 +263,18 @@ def model_overrides(model: str, base_url: str | None = None, backend: str | None
 
     With a `base_url` (or a config already on backend openai) it is the served model name.
     `embedded` is the built-in model; a local folder whose config.json says model_type
-    internlm2, or a hub id containing "internlm2", is InternLM2; a path to a .gguf file is
-    loaded by the hf backend from its folder; anything else is a Hugging Face model.
+    internlm2, or a hub id containing "internlm2", is InternLM2; a path to a .gguf file runs on
+    llama.cpp where it is installed (else the hf backend loads it from its folder); anything else
+    is a Hugging Face model.
     """
     if base_url or backend == "openai":
         return {"model.backend": "openai", "model.name": model, "model.base_url": base_url}
     if model == "embedded":
         return {"model.backend": "embedded"}
     local = Path(model).expanduser()
-    if local.is_file() and local.suffix == ".gguf":
+    if local.suffix == ".gguf" and (local.is_file() or not local.exists()):  # a missing one: said at load_config
+        if llamacpp_available():
+            return {"model.backend": "llamacpp", "model.path": str(local)}
         return {"model.backend": "hf", "model.path": str(local.parent), "model.gguf_file": local.name}
     if (local / "config.json").is_file():
         try:

@@ -1,15 +1,16 @@
-"""What a config is: three sections of typed settings, each with its default.
+"""What a config is: four sections of typed settings, each with its default.
 
-`model` (which backend and weights), `generation` (sampling settings) and `agent` (language,
-turn cap, tools). Every key has a default, so an empty file (or no file) means the embedded
-SmolLM2 model.
+`model` (which backend and weights), `generation` (sampling settings), `agent` (language,
+turn cap, tools) and `web` (the chat page's login and limits). Every key has a default, so an
+empty file (or no file) means the embedded SmolLM2 model.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
 
-BACKENDS = ("embedded", "hf", "internlm2", "openai")
+BACKENDS = ("embedded", "hf", "internlm2", "llamacpp", "openai")
+RUNTIMES = ("auto", "llamacpp", "hf")  # the embedded model's: auto is llama.cpp where it is installed
 TOOL_NAMES = ("google_search", "calculator", "local_search")
 LANGS = ("auto", "en", "zh")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -23,8 +24,9 @@ class ConfigError(ValueError):
 @dataclass
 class ModelConfig:
     backend: str = "embedded"
-    path: str | None = None          # hub id or local folder (hf, internlm2)
-    gguf_file: str | None = None     # a .gguf file inside `path` (hf)
+    path: str | None = None          # hub id or local folder (hf, internlm2); a .gguf file (llamacpp)
+    gguf_file: str | None = None     # a .gguf file inside `path` (hf, llamacpp)
+    runtime: str = "auto"            # embedded: llamacpp, hf, or auto (llamacpp where installed)
     device: str = "auto"
     dtype: str = "auto"
     trust_remote_code: bool = False
@@ -33,10 +35,16 @@ class ModelConfig:
     api_key_env: str | None = "OPENAI_API_KEY"
     scratchpad: str = "continue"     # openai: continue the assistant message, or fold it into the user turn
     guided_decoding: str | None = None  # openai: structured_outputs | guided_regex (vLLM), for constrained runs
-    timeout: float = 60.0
+    timeout: float = 60.0            # openai: seconds without an answer before a retry
     max_retries: int = 2
+    deadline: float = 600.0          # openai: seconds one model call may take in all, retries included
+    max_response_bytes: int = 8 * 1024 * 1024  # openai: the most of one answer read
     max_batch: int = 8               # hf, internlm2, embedded: generate calls run together (1: one at a time)
-    kept_prefixes: int = 16          # hf, internlm2, embedded: conversations whose KV cache is kept between calls
+    kept_prefixes: int = 16          # local backends: conversations whose KV cache is kept between calls
+    context_window: int | None = None  # openai: the served window (null: from the model list); llamacpp: tokens
+                                       # per conversation (null: the file's, at most 32768)
+    kv_cells: int | None = None      # llamacpp: KV cache of the kept conversations (null: 2 windows, at most 32768)
+    threads: int | None = None       # llamacpp: CPU threads (null: half the CPUs, at least one)
 
 
 @dataclass
@@ -50,8 +58,11 @@ class GenerationConfig:
     max_line_tokens: int | None = None        # line budget of constrained replies (format.step_format.MAX_LINE_TOKENS)
 
 
-#: AgentConfig fields that choose tools; every other field is passed to `Agent(...)` as is.
+#: AgentConfig fields that choose tools, and those that choose hooks (approval, tracing); every other
+#: field is passed to `Agent(...)` as is.
 TOOL_FIELDS = ("tools", "corpus", "mcp_servers")
+HOOK_FIELDS = ("approve", "approve_mcp", "otel")
+APPROVALS = ("ask", "always", "never")
 
 
 @dataclass
@@ -64,14 +75,30 @@ class AgentConfig:
     max_observation_chars: int | None = 4000
     llm_fallback: bool = False           # offer the model itself as a tool when no tool fits
     distill_observations: bool = False   # have the model shorten long observations
-    constrained: bool | None = None      # decode only valid ReAct steps; null: on for the embedded model
+    constrained: bool | None = None      # decode only valid steps; null: on for the embedded model
+    protocol: str = "react"              # react (ReAct text), tools (the model's own tool calls) or auto
+    approve: dict[str, str] = field(default_factory=dict)  # {tool_name: ask | always | never} before each call
+    approve_mcp: str = "always"          # MCP tools not named in `approve` (--approve: ask); built-ins: always
+    otel: bool = False                   # OpenTelemetry spans for runs, model and tool calls (needs tinyagent[otel])
 
     def agent_kwargs(self) -> dict:
         """The settings `Agent(...)` takes, under its own keyword names."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in TOOL_FIELDS}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in TOOL_FIELDS + HOOK_FIELDS}
 
 
-SECTIONS: dict[str, type] = {"model": ModelConfig, "generation": GenerationConfig, "agent": AgentConfig}
+@dataclass
+class WebConfig:
+    auth_user: str | None = None     # a login for the chat page; the password is read from auth_password_env
+    auth_password_env: str = "TINYAGENT_WEB_PASSWORD"
+    max_question_chars: int = 4000
+    max_sessions: int = 100          # conversations kept; the least recently used idle one makes room
+    session_ttl: float = 3600.0      # seconds an idle conversation is kept
+    max_runs: int = 4                # questions answered at once; more wait in line, told their place
+
+
+SECTIONS: dict[str, type] = {"model": ModelConfig, "generation": GenerationConfig, "agent": AgentConfig,
+                             "web": WebConfig}
 
 
 @dataclass
@@ -79,6 +106,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
+    web: WebConfig = field(default_factory=WebConfig)
     source: str | None = None        # the file it was read from
 
     def generation_kwargs(self) -> dict:

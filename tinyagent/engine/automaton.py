@@ -15,12 +15,15 @@ import threading
 import time
 import weakref
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..format.step_format import require_outlines
 
 log = logging.getLogger(__name__)
 
+#: () -> (the bytes of each ordinary token id, the end-of-sequence id): a vocabulary not read from a tokenizer
+Pieces = Callable[[], tuple[dict[int, bytes], int | None]]
 MAX_PATTERNS = 16  # compiled patterns kept per tokenizer (one per tool set, plus the forced answer)
 
 
@@ -53,20 +56,28 @@ class CompiledPattern:
     worst_to_final: object        # numpy int per state: the largest to_final among its next states
     worst_to_line_end: object     # the same for to_line_end, over tokens without a newline
     seconds: float                # how long compiling took
-    masks: dict = field(default_factory=dict)  # (state, end ids, width, device) -> bool tensor, True = masked
+    masks: dict = field(default_factory=dict)  # (state, end ids, width[, device]) -> numpy [torch] mask, True = masked
 
 
-_vocabularies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> Vocabulary
+_vocabularies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> {markers: Vocabulary}
 _lock = threading.Lock()  # compiling takes seconds: one thread compiles, the others wait for its result
 
 
-def compile_pattern(tokenizer, pattern: str) -> tuple[Vocabulary, CompiledPattern]:
-    """The compiled automaton of `pattern` for `tokenizer`, from the cache when it was built before."""
+def compile_pattern(tokenizer, pattern: str, markers: tuple[str, ...] = (),
+                    pieces: Pieces | None = None) -> tuple[Vocabulary, CompiledPattern]:
+    """The compiled automaton of `pattern` for `tokenizer`, from the cache when it was built before.
+
+    `tokenizer` is a transformers tokenizer, or any object that keys the cache when `pieces` gives
+    its vocabulary (a llama.cpp model: see `engine.llama_runtime.token_pieces`). `markers`: special
+    tokens the pattern writes as text (a tool call's `[TOOL_CALLS]`), kept in a tokenizer's vocabulary.
+    """
     require_outlines()
     with _lock:
-        vocab = _vocabularies.get(tokenizer)
+        by_markers = _vocabularies.setdefault(tokenizer, {})
+        vocab = by_markers.get(markers)
         if vocab is None:
-            vocab = _vocabularies[tokenizer] = _build_vocabulary(tokenizer)
+            built = pieces() if pieces is not None else (token_bytes(tokenizer, markers), tokenizer.eos_token_id)
+            vocab = by_markers[markers] = _build_vocabulary(*built)
         compiled = vocab.patterns.get(pattern)
         if compiled is None:
             compiled = vocab.patterns[pattern] = _compile(vocab, pattern)
@@ -76,15 +87,17 @@ def compile_pattern(tokenizer, pattern: str) -> tuple[Vocabulary, CompiledPatter
         return vocab, compiled
 
 
-def token_bytes(tokenizer) -> dict[int, bytes]:
+def token_bytes(tokenizer, markers: tuple[str, ...] = ()) -> dict[int, bytes]:
     """The exact bytes each ordinary (not special) token id writes, so the automaton is byte-exact
-    and a character split over several tokens is always finished.
+    and a character split over several tokens is always finished; special tokens in `markers` write
+    their text.
 
     Byte-level BPE vocabularies (GPT-2's alphabet) map back char by char; sentencepiece ones
     write "▁" for a space and <0xXX> for a raw byte; any other vocabulary uses the decoded text.
     """
     special = set(tokenizer.all_special_tokens)
     special |= {t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values() if t.special}
+    special -= set(markers)
     added = set(getattr(tokenizer, "added_tokens_encoder", {})) - special
     tokens = {t: i for t, i in tokenizer.get_vocab().items() if t not in special}
     plain = [t for t in tokens if t not in added]
@@ -118,17 +131,15 @@ def _byte_level_alphabet() -> dict[str, int]:
     return {ch: b for b, ch in chars.items()}
 
 
-def _build_vocabulary(tokenizer) -> Vocabulary:
+def _build_vocabulary(pieces: dict[int, bytes], eos: int | None) -> Vocabulary:
     from outlines_core import Vocabulary as CoreVocabulary
 
-    pieces = token_bytes(tokenizer)
     texts = [""] * (max(pieces, default=0) + 1)
     by_piece: dict[bytes, list[int]] = {}
     for token_id, piece in pieces.items():
         texts[token_id] = piece.decode("utf-8", errors="replace")
         by_piece.setdefault(piece, []).append(token_id)
-    eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else len(texts)
-    return Vocabulary(CoreVocabulary(eos, by_piece), texts)
+    return Vocabulary(CoreVocabulary(eos if eos is not None else len(texts), by_piece), texts)
 
 
 def _compile(vocab: Vocabulary, pattern: str) -> CompiledPattern:

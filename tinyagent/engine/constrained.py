@@ -21,7 +21,7 @@ import bisect
 import logging
 
 from ..format.step_format import StepFormat, pattern_of
-from .automaton import CompiledPattern, Vocabulary, compile_pattern
+from .automaton import CompiledPattern, Pieces, Vocabulary, compile_pattern
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +29,13 @@ log = logging.getLogger(__name__)
 # --- decoding -----------------------------------------------------------------------------------
 
 def step_processor(tokenizer, fmt: StepFormat, *, end_ids: list[int], max_new_tokens: int,
-                   stop: list[str] | None = None) -> StepProcessor:
-    """A fresh logits processor for one `generate` call that keeps the reply in `fmt`."""
-    vocab, compiled = compile_pattern(tokenizer, pattern_of(fmt))
+                   stop: list[str] | None = None, pieces: Pieces | None = None) -> StepProcessor:
+    """A fresh logits processor for one `generate` call that keeps the reply in `fmt` (`pieces`: see
+    `automaton.compile_pattern`)."""
+    markers = ()
+    if fmt.calls is not None and pieces is None:
+        markers = tuple(m for m in fmt.calls.markers if m in tokenizer.get_vocab())
+    vocab, compiled = compile_pattern(tokenizer, pattern_of(fmt), markers, pieces)
     shortest = int(compiled.to_final[compiled.initial])
     if max_new_tokens < shortest:
         log.warning("max_new_tokens=%d is too few for any complete constrained reply (the shortest takes %d "
@@ -40,7 +44,8 @@ def step_processor(tokenizer, fmt: StepFormat, *, end_ids: list[int], max_new_to
 
 
 class StepProcessor:
-    """A transformers logits processor for one reply; it keeps state, so make one per call.
+    """A logits processor for one reply; it keeps state, so make one per call. Called as transformers
+    calls one (torch tensors), or `apply(reply, scores)` on a numpy row (llama.cpp's logits).
 
     The compiled automaton is shared (read only) with every other call; this object holds the
     current state, the tokens used in the reply and in its current line, and the last characters.
@@ -64,6 +69,15 @@ class StepProcessor:
             self.advance(int(input_ids[0, -1]))
         self._started = True
         return scores.masked_fill(self._mask(scores.shape[-1], scores.device), float("-inf"))
+
+    def apply(self, reply: list[int], scores):
+        """`scores` (a numpy row) with every token that would leave the format at -inf; `reply` holds
+        the tokens chosen so far (its last one is the one to move past)."""
+        import numpy as np
+
+        if self.generated < len(reply):
+            self.advance(reply[-1])
+        return np.where(self._banned(scores.shape[-1]), np.float32(-np.inf), scores)
 
     def advance(self, token: int) -> None:
         """Move past `token`, the one the model chose."""
@@ -102,21 +116,34 @@ class StepProcessor:
         return np.concatenate([tokens[keep], ends])
 
     def _mask(self, width: int, device):
-        """True for each token the model may not choose next."""
+        """True for each token the model may not choose next (a torch tensor on `device`)."""
+        import torch
+
+        banned = self._banned(width)
+        if banned is not self.compiled.masks.get((self.state, self.end_ids, width)):
+            return torch.from_numpy(banned).reshape(1, width).to(device)
+        key = (self.state, self.end_ids, width, str(device))  # the state's plain mask: one tensor per device
+        mask = self.compiled.masks.get(key)
+        if mask is None:
+            mask = self.compiled.masks[key] = torch.from_numpy(banned).reshape(1, width).to(device)
+        return mask
+
+    def _banned(self, width: int):
+        """True for each token the model may not choose next (a numpy bool array of `width`)."""
         c, s = self.compiled, self.state
         left, line_left = self._left()
         if c.worst_to_final[s] > left or c.worst_to_line_end[s] > line_left:
-            mask = _mask_of(self.allowed_tokens(), width, device)
+            mask = _mask_of(self.allowed_tokens(), width)
         else:  # the budgets do not bind here: the state's plain mask, cached under all that shapes it
-            key = (s, self.end_ids, width, str(device))
+            key = (s, self.end_ids, width)
             mask = c.masks.get(key)
             if mask is None:
-                mask = c.masks[key] = _mask_of(self.allowed_tokens(), width, device)
+                mask = c.masks[key] = _mask_of(self.allowed_tokens(), width)
         banned = [t for t in self._stop_completions() if t < width]
         if banned:
-            fewer = mask.clone()
-            fewer[0, banned] = True
-            if not bool(fewer.all()):
+            fewer = mask.copy()
+            fewer[banned] = True
+            if not fewer.all():
                 mask = fewer
         return mask
 
@@ -134,9 +161,9 @@ class StepProcessor:
         return [t for t in candidates if any(s in tail + texts[t] for s in self.stop)]
 
 
-def _mask_of(allowed, width: int, device):
-    import torch
+def _mask_of(allowed, width: int):
+    import numpy as np
 
-    mask = torch.ones(1, width, dtype=torch.bool)
-    mask[0, torch.from_numpy(allowed[allowed < width])] = False
-    return mask.to(device)
+    mask = np.ones(width, dtype=bool)
+    mask[allowed[allowed < width]] = False
+    return mask

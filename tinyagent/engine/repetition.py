@@ -11,7 +11,8 @@ from __future__ import annotations
 
 class ReplyRepetition:
     """A logits processor for one reply: `penalty` (> 1) lowers the scores of tokens the reply already
-    used (as CTRL does); `ngram` (> 0) bans a token that would repeat an n-gram of the reply."""
+    used (as CTRL does); `ngram` (> 0) bans a token that would repeat an n-gram of the reply. Called
+    as transformers calls one (torch tensors), or `apply(reply, scores)` on a numpy row (llama.cpp)."""
 
     def __init__(self, penalty: float = 1.0, ngram: int = 0):
         self.penalty, self.ngram = penalty, ngram
@@ -37,6 +38,26 @@ class ReplyRepetition:
             rest[[t for t in banned if t < scores.shape[-1]]] = False
             if rest.any():  # never ban the only ways left (e.g. the format's next fixed token)
                 scores[0, ~rest & finite] = float("-inf")
+        return scores
+
+    def apply(self, reply: list[int], scores):
+        """The numpy row `scores` after the reply's tokens `reply`, as `__call__` treats a torch row."""
+        import numpy as np
+
+        if not reply:
+            return scores
+        scores = scores.copy()
+        if self.penalty != 1.0:
+            used = np.unique(reply)
+            chosen = scores[used]
+            scores[used] = np.where(chosen > 0, chosen / self.penalty, chosen * self.penalty)
+        banned = [t for t in self._repeating(reply) if t < len(scores)]
+        if banned:
+            finite = np.isfinite(scores)
+            rest = finite.copy()
+            rest[banned] = False
+            if rest.any():
+                scores[~rest & finite] = -np.inf
         return scores
 
     def _repeating(self, reply: list[int]) -> set[int]:

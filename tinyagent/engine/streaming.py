@@ -3,6 +3,7 @@
 """
 from __future__ import annotations
 
+import codecs
 import logging
 import queue
 import threading
@@ -14,10 +15,10 @@ log = logging.getLogger(__name__)
 
 
 def make_streamer(decode: Callable[[list[int]], str], holdback: StopHoldback):
-    """A transformers streamer that decodes the generated ids so far and updates `holdback`.
+    """A transformers streamer that updates `holdback` with the text of the generated ids so far
+    (`decode`, a `ReplyText`: text ending in part of a character waits for the next token).
 
-    `generate` first puts the prompt, then each new token; the prompt is skipped. Text ending in
-    an incomplete UTF-8 character (U+FFFD) waits for the next token.
+    `generate` first puts the prompt, then each new token; the prompt is skipped.
     """
     from transformers.generation import BaseStreamer
 
@@ -31,12 +32,65 @@ def make_streamer(decode: Callable[[list[int]], str], holdback: StopHoldback):
                 self.prompt_seen = True
                 return
             self.ids.extend(int(i) for i in value.reshape(-1).tolist())
-            holdback.update(decode(self.ids).rstrip("\ufffd"))
+            holdback.update(decode(self.ids))
 
         def end(self) -> None:
             pass
 
     return _Streamer()
+
+
+class ReplyText:
+    """A reply's text kept up to date as its token ids grow, decoding a short window per token rather than
+    the whole reply again (for the stop check and the stream, which share one per call).
+
+    `decode(ids)` is the tokenizer's (special tokens skipped); `context` are the prompt's last ids, so a
+    leading space survives. Each new token decodes the ids since the last complete text twice (with and
+    without it) and appends the difference; text ending in part of a character (U+FFFD) waits for the
+    token that finishes it. Called with the reply's ids so far, it returns the reply's text.
+    """
+
+    def __init__(self, decode: Callable[[list[int]], str], context: list[int]):
+        self.decode, self.context = decode, list(context)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.ids, self.text, self.count = list(self.context), "", 0
+        self.start, self.read = 0, len(self.context)  # the window: ids[start:] decoded against ids[start:read]
+
+    def __call__(self, new: list[int]) -> str:
+        if len(new) < self.count or new[: self.count] != self.ids[len(self.context):]:
+            self._reset()  # not the same reply growing (never in a generate call): decode it afresh
+        for token in new[self.count:]:
+            self.ids.append(int(token))
+            self.count += 1
+            before = self.decode(self.ids[self.start:self.read])
+            after = self.decode(self.ids[self.start:])
+            if len(after) > len(before) and not after.endswith("\ufffd"):
+                self.text += after[len(before):]
+                self.start, self.read = self.read, len(self.ids)
+        return self.text
+
+
+class PieceText:
+    """A reply's text kept up to date token by token from each token's bytes (`piece(token)`), so neither
+    the stop check nor the stream decodes the whole reply again. `text` holds complete characters only:
+    the bytes of a character split over tokens wait for the token that finishes it."""
+
+    def __init__(self, piece: Callable[[int], bytes]):
+        self.piece = piece
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.text = ""
+
+    def add(self, token: int) -> str:
+        """Append `token`; the text so far."""
+        self.text += self._decoder.decode(self.piece(token))
+        return self.text
+
+    def final(self) -> str:
+        """The whole text, an unfinished character at the end written as U+FFFD."""
+        self.text += self._decoder.decode(b"", final=True)
+        return self.text
 
 
 class TextStop:

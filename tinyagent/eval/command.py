@@ -1,6 +1,7 @@
 """`python -m tinyagent.eval` (and `tinyagent eval`): load the model once, run a suite with a fresh agent
 per question and, beside it, the same model alone (`--baseline direct`, the default); write each mode's
 records as they finish (results.jsonl, direct.jsonl) and summary.json, print the two side by side.
+An --out folder that holds results is refused unless --resume or --overwrite (eval/results.py).
 `... compare DIR...` is `compare.main`."""
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ from pathlib import Path
 
 from .. import config
 from ..agent import DirectAnswer
+from ..agent.protocols import PROTOCOLS
 from ..runs import Runner
-from ..secrets import redact
-from . import compare
-from .harness import EvalInterrupted, disagreements, evaluate
+from . import compare, results
+from .harness import EvalInterrupted, disagreements, evaluate, summarize
 from .progress import Progress
 from .provenance import provenance
 from .scoring import SuiteError, load_suite
@@ -56,16 +57,22 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--baseline", choices=list(BASELINES), default="direct",
                    help="direct (default): also ask the model alone, no tools, no ReAct format; only: just that; "
                         "none: only the agent")
+    p.add_argument("--protocol", choices=PROTOCOLS, help="react, tools or auto (default: the config's)")
+    p.add_argument("--constrained", action=argparse.BooleanOptionalAction, help="decode only valid steps")
     p.add_argument("--concurrency", type=int, help="parallel questions (default 4 for the openai backend, 8 for "
                                                    "local models, which decode them in one batch)")
     p.add_argument("--limit", type=int, help="only the first N questions")
     p.add_argument("--out", help="output folder (default out/eval-<suite>-<time>)")
+    p.add_argument("--resume", action="store_true", help="finish the run in --out: keep its questions, run the rest "
+                                                         "(and those whose run crashed)")
+    p.add_argument("--overwrite", action="store_true", help="replace the results already in --out")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (progress goes to stderr)")
     return p
 
 
 def _load_config(args) -> config.Config:
-    overrides: dict = {"agent.max_turns": args.max_turns, "generation.max_new_tokens": args.max_new_tokens}
+    overrides: dict = {"agent.max_turns": args.max_turns, "generation.max_new_tokens": args.max_new_tokens,
+                       "agent.protocol": args.protocol, "agent.constrained": args.constrained}
     if args.tools is not None:
         overrides["agent.tools"] = [t.strip() for t in args.tools.split(",") if t.strip()]
     if args.model or args.base_url:
@@ -84,36 +91,33 @@ def format_summary(summary: dict) -> str:
     return text
 
 
-def _write_records(path: Path, records: list[dict]) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
-
-
-def _write_summary(out: Path, summary: dict) -> None:
-    (out / "summary.json").write_text(json.dumps(redact(summary), ensure_ascii=False, indent=2) + "\n",
-                                      encoding="utf-8")
-
-
-def _run_mode(mode: str, items, factory: Callable[[], Runner], concurrency: int, out: Path, stream
-              ) -> tuple[list[dict], dict]:
-    """One mode over the suite, its records written as they finish (kept if the process dies), then in
-    suite order. Raises EvalInterrupted (its records written) on Ctrl-C."""
-    progress = Progress(len(items), mode, stream)
+def _run_mode(mode: str, items, factory: Callable[[], Runner], concurrency: int, out: Path, stream,
+              kept: list[dict]) -> tuple[list[dict], dict]:
+    """One mode over the suite's questions not in `kept` (an earlier run's, with --resume), each record
+    written as it finishes (kept if the process dies), then all in suite order. Raises EvalInterrupted
+    (its records written) on Ctrl-C."""
+    name, ids = RESULT_FILES[mode], [item.id for item in items]
+    done = {r["id"] for r in kept}
+    todo = [item for item in items if item.id not in done]
+    progress = Progress(len(items), mode, stream, kept=kept)
+    resumed = {"resumed_with": len(kept)} if kept else {}
     try:
-        with open(out / RESULT_FILES[mode], "w", encoding="utf-8") as partial:
+        with results.Appender(out, kept, name) as partial:
             def on_result(record: dict) -> None:
-                partial.write(json.dumps(record, ensure_ascii=False) + "\n")
-                partial.flush()
+                partial.append(record)
                 progress.update(record)
-            records, summary = evaluate(items, factory, concurrency, on_result)
+            new, summary = evaluate(todo, factory, concurrency, on_result)
     except EvalInterrupted as stop:
         progress.close()
-        stop.summary["mode"] = mode
-        _write_records(out / RESULT_FILES[mode], stop.records)
+        stop.records = results.in_suite_order(ids, [*kept, *stop.records])
+        results.write_records(out / name, stop.records)
+        stop.summary = {**summarize(stop.records, stop.summary.get("wall_seconds")), "interrupted": True,
+                        "mode": mode, **resumed}
         raise
     progress.close()
-    _write_records(out / RESULT_FILES[mode], records)  # suite order, whatever order they finished in
-    return records, {**summary, "mode": mode}
+    records = results.in_suite_order(ids, [*kept, *new])
+    results.write_records(out / name, records)  # suite order, whatever order they finished in
+    return records, {**summarize(records, summary["wall_seconds"]), "mode": mode, **resumed}
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
@@ -144,8 +148,11 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     out = Path(args.out or f"out/eval-{Path(args.suite).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
         out.mkdir(parents=True, exist_ok=True)
+        kept = results.prepare(out, args.resume, args.overwrite, [RESULT_FILES[m] for m in modes])
     except OSError as e:
         return fail(f"cannot create the output folder {out}: {e.strerror or e}")
+    except results.ResultsError as e:
+        return fail(str(e))
     summary: dict = {"format_version": FORMAT_VERSION, AGENT: None, DIRECT: None}
     tools: list = []
     records: dict[str, list[dict]] = {}
@@ -154,17 +161,23 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         try:
             tools = config.build_tools(cfg) if AGENT in modes else []
             model = config.build_model(cfg)
+            config.start_tracing(cfg)  # agent.otel: spans exported as OTEL_* say (flushed at exit by the SDK)
         except config.ConfigError as e:
             return fail(str(e))
         except (OSError, ImportError, ValueError, RuntimeError) as e:
             return fail(f"cannot load the model: {type(e).__name__}: {' '.join(str(e).split())[:300]}", 1)
         summary["run"] = provenance(cfg, args.suite, f"{prog} {shlex.join(argv)}", args.baseline, concurrency)
         factories = {AGENT: lambda: config.build_agent(cfg, model, tools=tools), DIRECT: direct_factory(cfg, model)}
-        say(f"evaluating {len(items)} questions from {args.suite} ({' and '.join(modes)}; backend "
-            f"{cfg.model.backend}, concurrency {concurrency}) -> {out}")
+        ids = {item.id for item in items}
+        before = max(len(kept[RESULT_FILES[m]]) for m in modes)
+        todo = max(len(items) - len(ids & {r["id"] for r in kept[RESULT_FILES[m]]}) for m in modes)
+        say(f"evaluating {todo} questions from {args.suite} ({' and '.join(modes)}; backend "
+            f"{cfg.model.backend}, concurrency {concurrency}) -> {out}"
+            + (f" ({before} done before, kept)" if before else ""))
         for mode in modes:
             try:
-                records[mode], summary[mode] = _run_mode(mode, items, factories[mode], concurrency, out, stream)
+                records[mode], summary[mode] = _run_mode(mode, items, factories[mode], concurrency, out, stream,
+                                                         kept[RESULT_FILES[mode]])
             except EvalInterrupted as stop:
                 records[mode], summary[mode], code = stop.records, stop.summary, 130
                 break
@@ -175,7 +188,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     summary["interrupted"] = code == 130
     if summary[AGENT] and summary[DIRECT]:
         summary["disagreements"] = disagreements([(m, records[m]) for m in (AGENT, DIRECT)])
-    _write_summary(out, summary)
+    results.write_summary(out, summary)
     say(format_summary(summary))
     for mode in modes:
         if summary[mode]:

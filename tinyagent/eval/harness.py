@@ -40,6 +40,8 @@ def score_run(item: SuiteItem, result: AgentResult | None, seconds: float, error
         "steps": len(steps), "valid_replies": len(steps) - len(format_errors),
         "format_errors": format_errors, "tool_errors": tool_errors,
         "repeated_calls": sum(1 for s in steps if s.kind == StepKind.REPEATED_CALL),
+        "refused_calls": sum(1 for s in steps if s.kind == StepKind.REFUSED),
+        "edited_calls": sum(1 for s in steps if s.edited_from is not None),
         "stop_reason": result.stop_reason if result is not None else None,
         "prompt_tokens": result.prompt_tokens if result is not None else None,
         "completion_tokens": result.completion_tokens if result is not None else None,
@@ -76,6 +78,8 @@ def summarize(records: Sequence[dict], wall_seconds: float | None = None) -> dic
         "format_valid_rate": rate(sum(r["format_valid"] for r in records), n),
         "reply_format_valid_rate": rate(sum(r["valid_replies"] for r in records), replies),
         "tool_error_rate": rate(sum(bool(r["tool_errors"]) for r in records), n),
+        "refused_calls": sum(r["refused_calls"] for r in records),
+        "edited_calls": sum(r["edited_calls"] for r in records),
         "n_errors": n - len(ran),
         "mean_steps": round(sum(r["steps"] for r in ran) / len(ran), 3) if ran else None,
         "mean_seconds": round(sum(r["seconds"] for r in ran) / len(ran), 3) if ran else None,
@@ -147,7 +151,7 @@ def evaluate(
                 t0 = time.perf_counter()
                 try:
                     result = agent_factory().run(item.question)
-                    error = result.error if result.stop_reason == "model_error" else None
+                    error = result.error if result.stop_reason.failed else None
                 except Exception as e:  # a failed run is a failed question, not a failed evaluation
                     log.info("question %s failed", item.id, exc_info=True)
                     result, error = None, one_line(e, whole=True)

@@ -28,6 +28,8 @@ def question_line(record: dict, mode: str = "agent") -> str:
         notes = [] if record["format_valid"] else ["format-error"]
     if record["tool_errors"]:
         notes.append(f"tool-errors={len(record['tool_errors'])}")
+    if record.get("refused_calls") or record.get("edited_calls"):
+        notes.append(f"refused={record['refused_calls']} edited={record['edited_calls']}")
     if record["error"]:
         notes.append(f"error: {record['error']}")
     steps = f"  steps={record['steps']}" if mode != "direct" else ""
@@ -43,18 +45,20 @@ class Progress:
     """
 
     def __init__(self, total: int, mode: str, stream: TextIO, tty: bool | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, kept: list[dict] = ()):
         self.total, self.mode, self.stream, self.clock = total, mode, stream, clock
         self.tty = bool(getattr(stream, "isatty", lambda: False)()) if tty is None else tty
-        self.started, self.done, self.right = clock(), 0, 0
+        # `kept`: an earlier run's records (--resume), counted as done but not in the time per question
+        self.started, self.done, self.right, self.new = clock(), len(kept), sum(bool(r["success"]) for r in kept), 0
 
     def left(self) -> str:
-        if not self.done:
+        if not self.new:
             return "?"
-        return duration((self.clock() - self.started) / self.done * (self.total - self.done))
+        return duration((self.clock() - self.started) / self.new * (self.total - self.done))
 
     def update(self, record: dict) -> None:
         self.done += 1
+        self.new += 1
         self.right += bool(record["success"])
         status = f"right {self.right}/{self.done}  ~{self.left()} left"
         if self.tty:

@@ -1,9 +1,10 @@
 """What a step was: one vocabulary for the reply reader, the loop, scoring, the CLI and the chat page.
 
 The kinds a reply can be read as (`read_step`) are a subset; the loop adds what it made of a call
-(`tool_error`, `repeated_call`), of the turn cap (`forced_answer`, `no_forced_answer`) and of a call
-that got no reply (`context_overflow`, `model_error`). Every list of kinds elsewhere derives from
-the properties here, so none can disagree with another.
+(`tool_error`, `repeated_call`), of what the approver made of a call (`edited`, `refused`), of the
+turn cap (`forced_answer`, `no_forced_answer`) and of a run that ended without a reply
+(`context_overflow`, `model_error`, `hook_error`). Every list of kinds elsewhere derives from the
+properties here, so none can disagree with another.
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ class StepKind(StrEnum):
     ACTION = "action"                      # a known tool with valid arguments; it ran
     TOOL_ERROR = "tool_error"              # it ran and failed or timed out
     REPEATED_CALL = "repeated_call"        # the same call as an earlier one: refused, not run again
+    EDITED = "edited"                      # the approver changed the arguments; the edited call ran
+    REFUSED = "refused"                    # the approver (or the policy) refused the call: not run
     EMPTY = "empty"                        # format errors, each answered with an observation
     MALFORMED = "malformed"                # saying what to write instead
     UNKNOWN_TOOL = "unknown_tool"
@@ -24,6 +27,7 @@ class StepKind(StrEnum):
     NO_FORCED_ANSWER = "no_forced_answer"  # none came even then
     CONTEXT_OVERFLOW = "context_overflow"  # ends without a reply: the prompt did not fit
     MODEL_ERROR = "model_error"            # ends without a reply: the model raised
+    HOOK_ERROR = "hook_error"              # ends without a reply: a hook (or on_step) raised
 
     @property
     def format_valid(self) -> bool:
@@ -42,8 +46,8 @@ class StepKind(StrEnum):
 
     @property
     def has_reply(self) -> bool:
-        """The step holds a model reply (the last two kinds record why a run ended without one)."""
-        return self not in (StepKind.CONTEXT_OVERFLOW, StepKind.MODEL_ERROR)
+        """The step holds a model reply (the last three kinds record why a run ended without one)."""
+        return self not in (StepKind.CONTEXT_OVERFLOW, StepKind.MODEL_ERROR, StepKind.HOOK_ERROR)
 
     @property
     def readable(self) -> bool:
@@ -52,6 +56,6 @@ class StepKind(StrEnum):
 
 
 _VALID = frozenset({StepKind.FINAL_ANSWER, StepKind.ACTION, StepKind.TOOL_ERROR, StepKind.REPEATED_CALL,
-                    StepKind.FORCED_ANSWER})
+                    StepKind.EDITED, StepKind.REFUSED, StepKind.FORCED_ANSWER})
 _CORRECTED = frozenset({StepKind.EMPTY, StepKind.MALFORMED, StepKind.UNKNOWN_TOOL, StepKind.BAD_INPUT})
 _FORMAT_ERRORS = _CORRECTED | {StepKind.NO_ACTION, StepKind.NO_FORCED_ANSWER}

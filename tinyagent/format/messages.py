@@ -1,6 +1,7 @@
-"""Chat messages of a run: the conversation, then the scratchpad (the run's steps so far) as a trailing
-assistant message the model continues, or folded into the user turn for servers that cannot
-continue one. Pure data in, data out.
+"""Chat messages of a run: the conversation, then the run's steps so far. ReAct: the scratchpad as a
+trailing assistant message the model continues, or folded into the user turn for servers that cannot
+continue one. The tools protocol: each reply an assistant turn, each result a tool message.
+Pure data in, data out.
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Iterable
 from ..text import detect_lang
 from .observations import format_observation
 
-Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
+Message = dict  # {"role": "system" | "user" | "assistant" | "tool", "content": str, ...}
 
 FOLD_INSTRUCTION = {
     "en": "Your reply so far is below. Continue it from exactly where it ends; "
@@ -51,3 +52,53 @@ def fold_scratchpad(messages: list[Message]) -> list[Message]:
     lang = detect_lang(user + pad)
     content = (user.rstrip() + "\n\n" if user.strip() else "") + FOLD_INSTRUCTION[lang] + pad
     return [*rest, {"role": "user", "content": content}]
+
+
+# --- the tools protocol: real assistant turns and tool results -----------------------------------
+
+def tool_turn_messages(messages: list[Message], steps, suffix: str = "", *, result_role: str | None = "tool",
+                       wrap=None, call_turns: bool = False) -> list[Message]:
+    """The conversation, then each model reply of the run as an assistant turn and its results.
+
+    One reply may hold several calls (steps sharing a `turn`); its results follow it, one message each.
+    A reply goes back as written (`text`), so the prompt only grows; with `call_turns` (OpenAI-compatible
+    servers) the turn also carries its `tool_calls`, whose ids the results name. A result goes in
+    `result_role` (None: a user message, wrapped by `wrap(text)`, for templates without a tool role); an
+    error about a reply with no call is a user message. `suffix` (the forced answer) is a last user message.
+    """
+    out = list(messages)
+    for turn in _turns(steps):
+        if turn[0].final_answer is not None:
+            continue
+        assistant: Message = {"role": "assistant", "content": turn[0].text}
+        calls = [s for s in turn if s.action is not None]
+        if call_turns and calls:
+            assistant["tool_calls"] = [{"id": _call_id(s), "type": "function", "function": {
+                "name": s.action, "arguments": s.action_input or "{}"}} for s in calls]
+        out.append(assistant)
+        for s in turn:
+            result = (s.observation or "").strip()
+            if s.action is None:
+                out.append({"role": "user", "content": result})
+            elif result_role is None:
+                out.append({"role": "user", "content": wrap(result) if wrap else result})
+            else:
+                out.append({"role": result_role, "content": result, "name": s.action, "tool_call_id": _call_id(s)})
+    if suffix:
+        out.append({"role": "user", "content": suffix})
+    return out
+
+
+def _turns(steps) -> list[list]:
+    """Steps grouped by the reply they came from (consecutive steps with one `turn`)."""
+    groups: list[list] = []
+    for s in steps:
+        if groups and s.turn is not None and groups[-1][-1].turn == s.turn:
+            groups[-1].append(s)
+        else:
+            groups.append([s])
+    return groups
+
+
+def _call_id(step) -> str:
+    return step.call_id or f"call_{step.index}"

@@ -6,6 +6,9 @@ import re
 
 from .arguments import skeleton
 
+#: The most of a tool's output kept anywhere (the step's raw observation, traces, --json, eval results).
+MAX_RAW_OBSERVATION_CHARS = 64 * 1024
+RAW_MARKER = "\n[... {n} more characters not kept ...]"
 #: Tool output past `max_observation_chars` is cut with this marker.
 TRUNCATION_MARKER = {"en": "\n[... {n} more characters cut ...]", "zh": "\n[……已截去 {n} 个字符……]"}
 #: Markers of what context fitting shortened (agent/context.py).
@@ -29,6 +32,14 @@ def observation_line(step) -> str | None:
     if step.observation is not None:
         return f"Observation: {step.observation}"
     return f"Error: {step.error}" if step.error else None
+
+
+def kept(text: str, limit: int = MAX_RAW_OBSERVATION_CHARS) -> str:
+    """Tool output as it is stored: at most `limit` characters and a marker saying how many were dropped.
+    Text already kept is left as it is (its marker fits the room left for one)."""
+    if len(text) <= limit + len(RAW_MARKER) + 10:
+        return text
+    return text[:limit] + RAW_MARKER.format(n=len(text) - limit)
 
 
 def cut(text: str, limit: int, lang: str) -> str:
@@ -63,6 +74,17 @@ def repeated_call_observation(tool_name: str, step_number: int) -> str:
             f"another tool, or give the Final Answer.")
 
 
+#: What a model reads when a call it asked for was refused before it ran (agent/approval.py).
+REFUSED = {"en": "The call to {tool} was refused, so it did not run: {reason}. Do not ask for it again as it "
+                 "was; answer with what you know, or try another way.",
+           "zh": "对 {tool} 的调用被拒绝，没有执行：{reason}。不要原样再次调用；请用已知的信息回答，或换一种方法。"}
+
+
+def refused_observation(tool_name: str, reason: str, lang: str = "en") -> str:
+    """The observation of a call that was refused, with the reason it was given."""
+    return REFUSED.get(lang, REFUSED["en"]).format(tool=tool_name, reason=reason.rstrip("."))
+
+
 def tool_failure(tool_name: str, error: BaseException) -> str:
     """The observation of a tool that raised something other than ToolError (a bug in the tool)."""
     return f"Error: {tool_name} failed: {type(error).__name__}: {error}"
@@ -70,14 +92,37 @@ def tool_failure(tool_name: str, error: BaseException) -> str:
 
 # --- tool output is data ------------------------------------------------------------------------
 
-_CONTROL = re.compile(r"<\|[^<>|\n]{1,40}\|>|</?s>|\[/?INST\]|<</?SYS>>|<(?:start|end)_of_turn>|"
-                      r"<\|?(?:eot_id|endoftext)\|?>")
+#: Chat-template control tokens of the model families TinyAgent knows, as they appear in text.
+_CONTROL = re.compile(
+    r"<\|[^<>|\n]{1,40}\|>"                             # ChatML, Llama 3, Phi, GLM, InternLM2: <|im_end|>
+    r"|<｜[^<>｜\n]{1,40}｜>"                             # DeepSeek: <｜User｜>, <｜end▁of▁sentence｜>
+    r"|</?s>|<</?SYS>>|\[/?INST\]"                       # Llama 2, Mistral
+    r"|\[/?(?:SYSTEM_PROMPT|TOOL_RESULTS|TOOL_CALLS|AVAILABLE_TOOLS|TOOL_CONTENT|THINK)\]"  # Mistral's later ones
+    r"|\[[gs]?MASK\]|<[se]op>"                            # GLM
+    r"|<(?:start|end)_of_\w{1,20}>|</?(?:bos|eos|pad|unk)>"  # Gemma, and the generic ones
+    r"|</?(?i:think)>|</?tool_(?:call|response)>"        # reasoning blocks, Qwen's tool blocks
+    r"|<\|?(?:eot_id|endoftext)\|?>")
+#: A zero-width space after a token's first character: it reads the same and tokenises as plain text.
+_BREAK = "\u200b"
 
 
 def neutralize_control_tokens(text: str, extra: tuple[str, ...] = ()) -> str:
-    """Break chat-template control tokens in untrusted text (`<|im_end|>` -> `<| im_end |>`)
-    so a tokenizer cannot read them as special tokens."""
+    """Break chat-template control tokens in untrusted text (`<|im_end|>` -> `<\u200b|im_end|>`), the known
+    families' and the `extra` ones a model declares, so a tokenizer cannot read them as special tokens."""
     for token in extra:
-        if token and len(token) > 1:
-            text = text.replace(token, token[0] + "\u200b" + token[1:])
-    return _CONTROL.sub(lambda m: m.group(0)[0] + "\u200b" + m.group(0)[1:], text)
+        if token and len(token) > 1 and token in text:
+            text = text.replace(token, token[0] + _BREAK + token[1:])
+    return _CONTROL.sub(lambda m: m.group(0)[0] + _BREAK + m.group(0)[1:], text)
+
+
+def neutralized(value, depth: int = 0):
+    """`value` (a str, or the str leaves and keys of dicts and lists, as a tool schema) neutralised."""
+    if isinstance(value, str):
+        return neutralize_control_tokens(value)
+    if depth > 20:  # a schema nested this deep is not shown whole anyway
+        return value
+    if isinstance(value, dict):
+        return {neutralized(k, depth + 1): neutralized(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [neutralized(v, depth + 1) for v in value]
+    return value

@@ -14,6 +14,7 @@ from ..text import mask_thinking
 from .arguments import (
     FENCE,
     ActionInputError,
+    NestedTooDeeply,
     bad_input_message,
     balanced_object,
     parse_object,
@@ -58,6 +59,7 @@ class Reading:
     arguments: dict | None = None     # parsed arguments, not yet checked against the tool's types
     answer: str | None = None
     error: str | None = None          # for format errors: what went wrong and what to write
+    call_id: str | None = None        # a native tool call's id, when the server gave one
 
 
 # --- invented observations ----------------------------------------------------------------------
@@ -148,6 +150,9 @@ def _read_labelled_call(reply: str, visible: str, action, given, final, tools) -
         end = _next_label_start(visible, action.end())
         name_text, input_text = visible[action.end(): end], None
     text = reply[:end].rstrip()
+    inline = _INLINE_INPUT.search(name_text) if given is None else None
+    if inline:  # `Tool: X Tool Input: Y` on one line
+        name_text, input_text = name_text[: inline.start()], name_text[inline.end():].strip()
     stripped = name_text.strip()
     if stripped.startswith(("{", "```")) and input_text is None:
         return _read_blob(reply[:end], stripped, tools, text=text)
@@ -175,6 +180,7 @@ def _read_labelled_call(reply: str, visible: str, action, given, final, tools) -
     return _with_arguments(Reading(StepKind.ACTION, text, action=tool.name_for_model, action_input=input_text), tool)
 
 
+_INLINE_INPUT = re.compile(r"[ \t]+(?:Action|Tool)[ \t]*Input[ \t]*[:：]", re.IGNORECASE)
 _STEP_END = _label(r"Thought|Final[ \t]*Answer|最终答案|Answer|Question|(?:Action|Tool)(?:[ \t]*\d+)?")
 
 
@@ -213,6 +219,8 @@ def _read_blob(reply: str, blob_text: str, tools, text: str | None = None) -> Re
     body = fence.group(1) if fence else blob_text
     try:
         value = parse_object(body[body.find("{"):] if "{" in body else body)
+    except NestedTooDeeply as e:
+        return _error(StepKind.MALFORMED, text, str(e), tools)
     except ActionInputError:
         return _error(StepKind.MALFORMED, text, 'the JSON action could not be read. Write it as Action: <tool> and '
                       'Action Input: {...} on two lines', tools)
@@ -222,8 +230,7 @@ def _read_blob(reply: str, blob_text: str, tools, text: str | None = None) -> Re
     if not isinstance(name, str) or not name.strip():
         return _error(StepKind.MALFORMED, text, 'the JSON action has no "action" naming a tool', tools)
     if name.strip().lower() in ("final answer", "final_answer", "finish", "answer"):
-        answer = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-        return Reading(StepKind.FINAL_ANSWER, text, answer=answer.strip())
+        return Reading(StepKind.FINAL_ANSWER, text, answer=answer_value(args))
     tool = find_tool(name, tools)
     if tool is None:
         return _unknown_tool(name.strip(), text, tools)
@@ -233,6 +240,14 @@ def _read_blob(reply: str, blob_text: str, tools, text: str | None = None) -> Re
         reading.arguments = args
         return reading
     return _with_arguments(reading, tool)
+
+
+def answer_value(args) -> str:
+    """The answer a JSON "final answer" call gives: a string, the one value of an object such as
+    {"answer": ...}, or the JSON text of anything else."""
+    if isinstance(args, dict) and len(args) == 1:
+        args = next(iter(args.values()))
+    return (args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)).strip()
 
 
 def _unknown_tool(name: str, text: str, tools) -> Reading:

@@ -32,27 +32,29 @@ class StepFormat:
     `tools` holds (name_for_model, the JSON schema of its arguments as JSON text) pairs. Without
     `final_answer` the step must call one of them. With `answer_only` the reply is only the text
     after a forced `Final Answer:`. `max_line_tokens` caps each line, so a model cannot write one
-    thought forever.
+    thought forever. With `calls` the reply is free text, or text then calls in that family's format
+    (`ToolFormat.reply_pattern`).
     """
 
     tools: tuple[tuple[str, str], ...] = ()
     final_answer: bool = True
     answer_only: bool = False
     max_line_tokens: int = MAX_LINE_TOKENS
+    calls: object = None  # a tool_formats.ToolFormat: the model's own call format instead of ReAct text
 
 
 #: The reply after the turn cap's `Final Answer:` (prompts.FORCE_FINAL): one line of answer text.
 ANSWER_FORMAT = StepFormat(answer_only=True)
 
 
-def step_format(tools, final_answer: bool = True) -> StepFormat:
-    """One ReAct step over `tools`: a thought, then a call of one of them with valid arguments, or
-    (when `final_answer`, or when there are no tools) the final answer."""
+def step_format(tools, final_answer: bool = True, calls=None) -> StepFormat:
+    """One step over `tools`: a thought, then a call of one of them with valid arguments, or (when
+    `final_answer`, or when there are no tools) the final answer; in ReAct text, or in `calls`' format."""
     described = tuple((t.name_for_model, json.dumps(t.json_schema(), ensure_ascii=False)) for t in tools)
-    return StepFormat(tools=described, final_answer=final_answer or not described)
+    return StepFormat(tools=described, final_answer=final_answer or not described, calls=calls)
 
 
-def next_step_format(tools, steps, forced: bool = False) -> StepFormat:
+def next_step_format(tools, steps, forced: bool = False, calls=None) -> StepFormat:
     """What the next reply of a constrained run may be, given the run's steps so far.
 
     After the turn cap (`forced`) only the answer's text. The first step calls a tool: a small model
@@ -60,10 +62,10 @@ def next_step_format(tools, steps, forced: bool = False) -> StepFormat:
     model is stuck, and more turns would repeat the call. Otherwise a tool call or the answer.
     """
     if forced:
-        return ANSWER_FORMAT
+        return ANSWER_FORMAT if calls is None else StepFormat(answer_only=True, calls=calls)
     if steps and steps[-1].kind == StepKind.REPEATED_CALL:
-        return step_format([])
-    return step_format(tools, final_answer=bool(steps))
+        return step_format([], calls=calls)
+    return step_format(tools, final_answer=bool(steps), calls=calls)
 
 
 def step_pattern(fmt: StepFormat, arguments_pattern: Callable[[str], str]) -> str:
@@ -73,6 +75,8 @@ def step_pattern(fmt: StepFormat, arguments_pattern: Callable[[str], str]) -> st
     `Action Input: <arguments>`, or `Final Answer: <text>`. `arguments_pattern(schema_json)` is the
     regex of a JSON object valid for a tool's schema.
     """
+    if fmt.calls is not None:
+        return fmt.calls.reply_pattern(fmt, arguments_pattern)
     if fmt.answer_only:
         return " ?" + FREE_TEXT
     endings = [f"Action: {escape_pattern(name)}\\nAction Input: {arguments_pattern(schema)}"

@@ -2,11 +2,13 @@
 
 - base.py: `BaseModel` (one method, `generate`) and `Completion` (text with usage counts).
 - hf.py: `HFChatModel`, any transformers chat model run locally on the engine (`tinyagent/engine/`).
+- llamacpp.py: `LlamaCppModel`, a GGUF file run by llama.cpp (the `llamacpp` extra).
+- local.py: what the two local backends share (settings, prompts, reply rules, `stream()`).
 - internlm2.py: `InternLM2Chat`, InternLM2 checkpoints natively; embedded.py: `default_model()`.
 - openai.py: `OpenAIChatModel`, any OpenAI-compatible server.
 - replay.py: recorded replies forced through a real model, for benchmarks.
 
-Heavy backends (torch, transformers) are imported only when first used.
+Heavy backends (torch, transformers, llama_cpp) are imported only when first used.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from .base import BaseModel, Completion, usage_of
 LAZY = {
     "HFChatModel": "hf",
     "InternLM2Chat": "internlm2",
+    "LlamaCppModel": "llamacpp",
     "OpenAIChatModel": "openai",
     "default_model": "embedded",
 }

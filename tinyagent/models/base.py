@@ -19,6 +19,8 @@ class Completion(str):
     completion_tokens: int | None
     seconds: float | None
     cached_tokens: int | None
+    tool_calls: list[dict] | None  # calls the backend parsed itself: [{"id", "name", "arguments"}]
+    finish_reason: str | None       # "stop" (a stop string or the end of the turn) or "length" (max_new_tokens)
 
     def __new__(
         cls,
@@ -27,12 +29,16 @@ class Completion(str):
         completion_tokens: int | None = None,
         seconds: float | None = None,
         cached_tokens: int | None = None,
+        tool_calls: list[dict] | None = None,
+        finish_reason: str | None = None,
     ) -> Completion:
         obj = super().__new__(cls, text)
+        obj.tool_calls = tool_calls
         obj.prompt_tokens = prompt_tokens
         obj.completion_tokens = completion_tokens
         obj.seconds = seconds
         obj.cached_tokens = cached_tokens
+        obj.finish_reason = finish_reason
         return obj
 
 
@@ -43,6 +49,7 @@ def usage_of(text: str) -> dict:
         "completion_tokens": getattr(text, "completion_tokens", None),
         "seconds": getattr(text, "seconds", None),
         "cached_tokens": getattr(text, "cached_tokens", None),
+        "finish_reason": getattr(text, "finish_reason", None),
     }
 
 
@@ -53,7 +60,9 @@ class BaseModel(TutorialModel, ABC):
     assistant message the model continues it (the agent's scratchpad) instead of starting a
     new turn. The text ends before the first stop string. Keyword arguments the agent may
     pass, all optional for a subclass to honour: `max_new_tokens`, `temperature`, `top_p`,
-    `on_text` (a callback receiving text as it is generated), `constraint` (the step format).
+    `on_text` (a callback receiving text as it is generated), `constraint` (the step format),
+    `tools` (the tools protocol: function schemas for the chat template or server; a backend that
+    parses calls itself returns them as `Completion.tool_calls`).
     Backends call `check_generation_options` so a misspelt setting is an error, not ignored.
     `chat(prompt, history, meta_instruction)` is the tutorial's call shape (`tinyagent.tutorial`).
     """
@@ -68,7 +77,20 @@ class BaseModel(TutorialModel, ABC):
     #: backends refuse others, so a typo such as `temprature=0.5` is an error, not silently dropped.
     generation_options: frozenset[str] = frozenset({"max_new_tokens", "temperature", "top_p"})
     #: Keywords the agent may pass to any backend's `generate`, beyond the generation settings.
-    AGENT_OPTIONS = frozenset({"on_text", "constraint"})
+    AGENT_OPTIONS = frozenset({"on_text", "constraint", "tools"})
+    #: The tools protocol: the family format this model writes calls in (`format.tool_formats.FORMATS`),
+    #: None when unknown; whether `generate(tools=...)` shows the tools to it itself (its template or
+    #: server does); whether replies go back as OpenAI-style turns with `tool_calls` and call ids.
+    tool_format: str | None = None
+    native_tools: bool = False
+    tool_call_turns: bool = False
+    #: What serves the model, for traces (OpenTelemetry's gen_ai.provider.name).
+    provider: str = "tinyagent"
+
+    @property
+    def model_id(self) -> str:
+        """The model's name or path, for traces (gen_ai.request.model); backends that know it say it."""
+        return type(self).__name__
 
     @abstractmethod
     def generate(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> str:
@@ -89,6 +111,6 @@ class BaseModel(TutorialModel, ABC):
     def _valid_options(self, agent_options: bool) -> frozenset[str]:
         return self.generation_options | (self.AGENT_OPTIONS if agent_options else frozenset())
 
-    def count_tokens(self, messages: list[Message]) -> int | None:
-        """Prompt length in tokens, when the backend can tell without generating."""
+    def count_tokens(self, messages: list[Message], tools: list[dict] | None = None) -> int | None:
+        """Prompt length in tokens (with `tools` shown), when the backend can tell without generating."""
         return None

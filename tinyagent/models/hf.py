@@ -7,35 +7,27 @@ is kept and only the tokens after the longest common prefix (compared on token i
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterator
 
-from ..engine import batching, constrained, packed
+from ..engine import batching, packed
 from ..engine.loading import load_hf
 from ..engine.prefix_cache import PrefixCache
-from ..engine.repetition import ReplyRepetition
-from ..engine.streaming import CancelCriterion, TextStop, make_streamer, stream_in_thread
+from ..engine.streaming import CancelCriterion, ReplyText, TextStop, make_streamer
 from ..format.messages import Message
+from ..format.tool_formats import MARKERS, detect_format, template_takes_tools
 from ..text import StopHoldback, TextCallback, trim_at_stop
-from .base import BaseModel, Completion
+from .base import Completion
+from .local import DEFAULT_GENERATION, END_OF_TURN_TOKENS, KEPT_PREFIXES, REPLY_OPTIONS, LocalChatModel
 
 log = logging.getLogger(__name__)
 
-#: Special tokens that close a turn in common chat formats; generation stops at any the tokenizer has.
-END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
-#: Options HFChatModel applies itself, within the reply (not transformers' whole-sequence versions).
-REPLY_OPTIONS = ("repetition_penalty", "no_repeat_ngram_size", "max_line_tokens")
-DEFAULT_GENERATION = {"max_new_tokens": 512, "temperature": 0.0, "top_p": 1.0, "repetition_penalty": 1.0,
-                      "no_repeat_ngram_size": 0, "max_line_tokens": None}
 MAX_BATCH = 8        # concurrent generate calls decoded together (1: one at a time, behind a lock)
-KEPT_PREFIXES = 16   # conversations whose KV cache is kept between calls when batching
 _DECODE_CONTEXT = 4  # prompt tokens decoded along with new ones, so a leading space survives decoding
 
 
-class HFChatModel(BaseModel):
+class HFChatModel(LocalChatModel):
     """A transformers chat model: chat template, stop strings, streaming, KV-cache reuse.
 
     `HFChatModel("HuggingFaceTB/SmolLM2-360M-Instruct")`, a local folder, or `gguf_file=` a GGUF file
@@ -43,8 +35,8 @@ class HFChatModel(BaseModel):
     `GenerationConfig` field) apply to every call; `generate` can override the `generation_options`.
     """
 
-    #: The keyword options `generate` honours (others are ignored with a warning).
-    generation_options = frozenset({"max_new_tokens", "temperature", "top_p", *REPLY_OPTIONS})
+    provider = "transformers"
+    model_id = property(lambda self: getattr(self.model, "name_or_path", None) or type(self).__name__)
 
     def __init__(self, model_id_or_path: str, device: str = "auto", dtype="auto", gguf_file: str | None = None,
                  trust_remote_code: bool = False, reuse_cache: bool = True, max_batch: int = MAX_BATCH,
@@ -67,9 +59,15 @@ class HFChatModel(BaseModel):
                              "or set tokenizer.chat_template")
         self.model, self.tokenizer = model, tokenizer
         self.generation_defaults = {**DEFAULT_GENERATION, **generation_defaults}
+        self.control_tokens = declared_control_tokens(tokenizer)
         special = {*tokenizer.all_special_tokens,
                    *(t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values() if t.special)}
-        self.control_tokens = tuple(sorted(t for t in special if t))
+        vocab = tokenizer.get_vocab()
+        self._special_ids = frozenset(vocab[t] for t in special if t in vocab)
+        self._marker_ids = frozenset(vocab[t] for t in MARKERS if t in vocab)  # kept when decoding a tool call
+        template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
+        if type(self).render_prompt is HFChatModel.render_prompt:
+            self.tool_format, self.native_tools = detect_format(template), template_takes_tools(template)
         self.context_window = getattr(model.config.get_text_config(), "max_position_embeddings", None)
         self.end_token_ids = self._end_token_ids()
         self._prefix = PrefixCache(model, reuse_cache)
@@ -90,39 +88,50 @@ class HFChatModel(BaseModel):
 
     # --- prompts --------------------------------------------------------------------------
 
-    def render_prompt(self, messages: list[Message]) -> str:
-        """The prompt text: the chat template, continuing a trailing assistant message unclosed."""
-        apply = self.tokenizer.apply_chat_template
-        last = messages[-1] if messages else {}
-        if last.get("role") != "assistant":
-            return apply(messages, tokenize=False, add_generation_prompt=True)
-        scratchpad = last["content"]
-        if scratchpad:
-            from jinja2 import TemplateError
-
-            try:
-                text = apply(messages, tokenize=False, continue_final_message=True)
-                if text.endswith(scratchpad):
-                    return text
-            except (ValueError, TemplateError):
-                pass
-        # Templates that alter a continued message (e.g. strip it): open a new turn and append it raw.
-        return apply(messages[:-1], tokenize=False, add_generation_prompt=True) + scratchpad
+    def _apply_template(self, messages: list[Message], add_generation_prompt: bool,
+                        continue_final_message: bool, tools: list[dict] | None = None) -> str:
+        return self.tokenizer.apply_chat_template(messages, **({"tools": tools} if tools else {}), tokenize=False,
+                                                  add_generation_prompt=add_generation_prompt,
+                                                  continue_final_message=continue_final_message)
 
     def encode_prompt(self, text: str) -> list[int]:
         """Token ids of a rendered prompt (the template already holds any BOS token)."""
+        return self.encode_text(text)
+
+    def encode_text(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def count_tokens(self, messages: list[Message]) -> int:
-        return len(self.encode_prompt(self.render_prompt(messages)))
+    def _vocabulary(self) -> tuple[object, None]:
+        return self.tokenizer, None
 
-    def decode_new(self, prompt_ids: list[int], new_ids: list[int]) -> str:
-        """Text of `new_ids` as it continues the prompt (a leading space stays, special tokens go)."""
-        context = prompt_ids[-_DECODE_CONTEXT:]
-        decode = self.tokenizer.decode
-        before = decode(context, skip_special_tokens=True)
-        full = decode(context + list(new_ids), skip_special_tokens=True)
-        return full[len(before):] if full.startswith(before) else decode(new_ids, skip_special_tokens=True)
+    def decode_new(self, prompt_ids: list[int], new_ids: list[int], markers: bool = False) -> str:
+        """Text of `new_ids` as it continues the prompt (a leading space stays, special tokens go; with
+        `markers`, those that write a tool call, such as `[TOOL_CALLS]`, stay)."""
+        context, decode = prompt_ids[-_DECODE_CONTEXT:], self._decoder(markers)
+        before = decode(context)
+        full = decode(context + list(new_ids))
+        return full[len(before):] if full.startswith(before) else decode(new_ids)
+
+    def _decoder(self, markers: bool = False):
+        """ids -> text, special tokens skipped; with `markers`, those that write a tool call kept."""
+        if markers and self._marker_ids:
+            return lambda ids: self.tokenizer.decode(
+                [i for i in ids if i in self._marker_ids or i not in self._special_ids], skip_special_tokens=False)
+        return lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def parsed_calls(self, prompt: str, reply: str, tools: list[dict]) -> list[dict] | None:
+        """The calls in `reply` as transformers' response parsing reads them, when the tokenizer has a
+        `response_template`: [{"name", "arguments"}]; None without one or when it cannot parse the reply."""
+        template = getattr(self.tokenizer, "response_template", None)
+        if not template:
+            return None
+        try:
+            parsed = self.tokenizer.parse_response(reply, prefix=prompt, tools=tools)
+        except (ValueError, KeyError, TypeError) as e:  # broken JSON in a call: the text reader reads it
+            log.debug("response template could not parse the reply: %s", e)
+            return None
+        calls = [c.get("function", c) for c in parsed.get("tool_calls") or [] if isinstance(c, dict)]
+        return [{"id": None, "name": c.get("name"), "arguments": c.get("arguments")} for c in calls]
 
     # --- generation -----------------------------------------------------------------------
 
@@ -131,55 +140,49 @@ class HFChatModel(BaseModel):
                  repetition_penalty: float | None = None, no_repeat_ngram_size: int | None = None,
                  max_line_tokens: int | None = None, on_text: TextCallback | None = None,
                  logits_processor: list | None = None, constraint=None, cancel: threading.Event | None = None,
-                 **ignored) -> Completion:
+                 tools: list[dict] | None = None, **ignored) -> Completion:
         """Continue `messages`; returns the new text (before the first stop string) with usage counts.
 
         `constraint` (a `format.step_format.StepFormat`) keeps the reply in that format (needs outlines, see
         `engine.constrained`); the compiled automaton is cached, its per-call state is not.
         `max_line_tokens` replaces the format's line budget. `repetition_penalty` and
         `no_repeat_ngram_size` act within the reply only (`engine.repetition`). Setting `cancel` ends
-        generation after the current token (what `stream` does when abandoned).
+        generation after the current token (what `stream` does when abandoned). `tools` (function schemas)
+        go to the chat template; the reply then keeps its tool-call markers, and its calls come back as
+        `Completion.tool_calls` where the tokenizer has a response template (`parsed_calls`).
         """
         self.check_generation_options(ignored)
         stop = [s for s in stop or () if s]
         options = self._options(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                                 repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
                                 max_line_tokens=max_line_tokens)
-        penalty, ngram, line_budget = (options.pop(k) for k in REPLY_OPTIONS)
+        step, repetition = self._reply_rules(options, constraint, stop, options["max_new_tokens"])
         config = self._generation_config(options)
-        processors = list(logits_processor or [])
-        if constraint is not None:
-            if line_budget:
-                constraint = dataclasses.replace(constraint, max_line_tokens=line_budget)
-            processors.append(constrained.step_processor(self.tokenizer, constraint, end_ids=self.end_token_ids,
-                                             max_new_tokens=config.max_new_tokens, stop=stop))
-        if penalty != 1.0 or ngram:
-            processors.append(ReplyRepetition(penalty, ngram))  # after the format: it only picks among allowed
+        # the format after the caller's; repetition after the format: it only picks among what is allowed
+        processors = [*(logits_processor or []), *(p for p in (step, repetition) if p is not None)]
+        markers = tools is not None
         with self._lock:
-            ids = self.encode_prompt(self.render_prompt(messages))
+            prompt = self.render_prompt(messages, tools)
+            ids = self.encode_prompt(prompt)
             holdback = StopHoldback(on_text, stop) if on_text else None
             started = time.perf_counter()
-            stopping = [TextStop(lambda new: self.decode_new(ids, new), len(ids), stop)] if stop else []
+            reply = self._reply_text(ids, markers)  # one incremental decoder for the stop check and the stream
+            stopping = [TextStop(reply, len(ids), stop)] if stop else []
             stopping += [CancelCriterion(cancel)] if cancel is not None else []
             if self._batcher is None:
-                new_ids, reused = self._run(ids, config, holdback, processors, stopping)
+                new_ids, reused = self._run(ids, config, holdback, processors, stopping, reply)
         if self._batcher is not None:  # outside the lock: the batcher runs this call with the others
-            new_ids, reused = self._batch(ids, config, holdback, processors, stopping)
+            new_ids, reused = self._batch(ids, config, holdback, processors, stopping, reply)
         seconds = time.perf_counter() - started
-        text = trim_at_stop(self.decode_new(ids, new_ids), stop)
+        decoded = self.decode_new(ids, new_ids, markers)
+        text = trim_at_stop(decoded, stop)
         if holdback:
             holdback.finish(text)
+        capped = (len(new_ids) >= config.max_new_tokens and text == decoded
+                  and not (new_ids and new_ids[-1] in self.end_token_ids))
         return Completion(text, prompt_tokens=len(ids), completion_tokens=len(new_ids), seconds=seconds,
-                          cached_tokens=reused)
-
-    def stream(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> Iterator[str]:
-        """`generate` as an iterator of text chunks, generated in a background thread.
-
-        Closing or abandoning the iterator stops generation within a token or two and frees the
-        model; whatever the generation raises is raised here (see `streaming.stream_in_thread`).
-        """
-        return stream_in_thread(lambda on_text, cancel: self.generate(
-            messages, stop, on_text=on_text, cancel=cancel, **kwargs))
+                          cached_tokens=reused, finish_reason="length" if capped else "stop",
+                          tool_calls=self.parsed_calls(prompt, text, tools) if tools else None)
 
     @property
     def reuse_cache(self) -> bool:
@@ -192,20 +195,20 @@ class HFChatModel(BaseModel):
             if self._batcher is not None:
                 self._batcher.prefixes.clear()
 
+    def _reply_text(self, prompt_ids: list[int], markers: bool = False) -> ReplyText:
+        """The incremental text of a reply to `prompt_ids`, as `decode_new` gives it whole."""
+        return ReplyText(self._decoder(markers), prompt_ids[-_DECODE_CONTEXT:])
+
     def _batch(self, ids: list[int], config, holdback: StopHoldback | None, logits_processor: list | None,
-               stopping: list) -> tuple[list[int], int]:
+               stopping: list, reply: ReplyText) -> tuple[list[int], int]:
         """`_run` through the batcher: the same logits processors `generate` builds, the caller's after them."""
         from transformers import LogitsProcessorList
 
         processors = self.model._get_logits_processor(
             generation_config=config, input_ids_seq_length=len(ids),
             logits_processor=LogitsProcessorList(logits_processor or []), device=self.model.device)
-        on_token = (lambda new: holdback.update(self.decode_new(ids, new).rstrip("\ufffd"))) if holdback else None
+        on_token = (lambda new: holdback.update(reply(new))) if holdback else None
         return self._batcher.run(ids, config, processors, stopping, on_token)
-
-    def _options(self, **overrides) -> dict:
-        """The generation defaults with this call's overrides (those not None)."""
-        return {**self.generation_defaults, **{k: v for k, v in overrides.items() if v is not None}}
 
     def _generation_config(self, options: dict | None = None):
         """A transformers `GenerationConfig` from `options` (the defaults when None), minus REPLY_OPTIONS."""
@@ -223,7 +226,7 @@ class HFChatModel(BaseModel):
                                 return_dict_in_generate=True, **options)
 
     def _run(self, ids: list[int], config, holdback: StopHoldback | None,
-             logits_processor: list | None, stopping: list = ()) -> tuple[list[int], int]:
+             logits_processor: list | None, stopping: list = (), reply: ReplyText | None = None) -> tuple[list[int], int]:
         """Generate after `ids`, reusing what the kept cache holds of them; returns (new ids, tokens reused).
 
         Any failure, preparing the cache included, drops the kept cache, so one bad call never
@@ -234,7 +237,7 @@ class HFChatModel(BaseModel):
 
         device = self.model.device
         input_ids = torch.tensor([ids], device=device)
-        streamer = make_streamer(lambda new: self.decode_new(ids, new), holdback) if holdback else None
+        streamer = make_streamer(reply or self._reply_text(ids), holdback) if holdback else None
         try:
             cache, reused = self._prefix.prepare(ids)
             with torch.inference_mode():
@@ -249,3 +252,10 @@ class HFChatModel(BaseModel):
         self._prefix.keep(cache, sequence)
         return sequence[len(ids):], reused
 
+
+def declared_control_tokens(tokenizer) -> tuple[str, ...]:
+    """The tokens a tokenizer matches whole in any text: its special tokens, and its added tokens that
+    look like markup (Qwen2.5's `<tool_call>` is added but not marked special)."""
+    added = [t for t in getattr(tokenizer, "added_tokens_decoder", {}).values()
+             if t.special or any(ch in t.content for ch in "<>[]|｜")]
+    return tuple(sorted({t for t in (*tokenizer.all_special_tokens, *(t.content for t in added)) if t}))

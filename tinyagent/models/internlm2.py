@@ -6,10 +6,13 @@ onto `LlamaForCausalLM` instead. The remote code stays available as an opt-in.
 """
 from __future__ import annotations
 
+import json
+
 from ..engine.internlm2_loading import load_internlm2
 from ..engine.loading import load_hf
 from ..format.messages import Message
-from .hf import KEPT_PREFIXES, MAX_BATCH, HFChatModel
+from .hf import MAX_BATCH, HFChatModel
+from .local import KEPT_PREFIXES
 
 DEFAULT_META_INSTRUCTION = (
     "You are an AI assistant whose name is InternLM (书生·浦语).\n"
@@ -28,6 +31,9 @@ class InternLM2Chat(HFChatModel):
     """
 
     meta_instruction: str = DEFAULT_META_INSTRUCTION
+    #: the tools protocol: InternLM2's plugin format, its tools in a `system name=<|plugin|>` message
+    tool_format = "internlm2"
+    native_tools = True
 
     def __init__(self, path: str, device: str = "auto", dtype="auto", trust_remote_code: bool = False,
                  reuse_cache: bool = True, meta_instruction: str = DEFAULT_META_INSTRUCTION,
@@ -45,13 +51,20 @@ class InternLM2Chat(HFChatModel):
         bos = tokenizer.bos_token_id
         self.add_bos = bos is not None and tokenizer("", add_special_tokens=True)["input_ids"][:1] == [bos]
 
-    def render_prompt(self, messages: list[Message]) -> str:
-        """`<|im_start|>{role}\\n{content}<|im_end|>\\n` per message, InternLM's meta instruction as
-        the system message when none is given; a trailing assistant message is left open."""
+    def render_prompt(self, messages: list[Message], tools: list[dict] | None = None) -> str:
+        """`<|im_start|>{role}\n{content}<|im_end|>\n` per message, InternLM's meta instruction as
+        the system message when none is given; a trailing assistant message is left open. `tools` go in
+        a `system name=<|plugin|>` message after the first system message, and tool results in
+        `environment name=<|plugin|>` turns (InternLM2's plugin protocol, as lagent writes it)."""
         if not any(m["role"] == "system" for m in messages) and self.meta_instruction:
             messages = [{"role": "system", "content": self.meta_instruction}, *messages]
+        if tools:
+            plugins = {"role": "system", "name": "plugin",
+                       "content": json.dumps([t.get("function", t) for t in tools], ensure_ascii=False)}
+            at = 1 if messages and messages[0]["role"] == "system" else 0
+            messages = [*messages[:at], plugins, *messages[at:]]
         continuing = bool(messages) and messages[-1]["role"] == "assistant"
-        parts = [f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages]
+        parts = [f"<|im_start|>{_role(m)}\n{m['content']}<|im_end|>\n" for m in messages]
         if continuing:
             parts[-1] = parts[-1][: -len("<|im_end|>\n")]
         else:
@@ -62,3 +75,10 @@ class InternLM2Chat(HFChatModel):
         """Token ids of the prompt, starting with the BOS token when the tokenizer's config adds one."""
         ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         return [self.tokenizer.bos_token_id, *ids] if self.add_bos else ids
+
+
+def _role(message: Message) -> str:
+    """A message's role line: a tool result is the plugin's environment turn; a named message says its name."""
+    if message["role"] == "tool":
+        return "environment name=<|plugin|>"
+    return f"{message['role']} name=<|{message['name']}|>" if message.get("name") else message["role"]

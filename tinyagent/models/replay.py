@@ -1,22 +1,24 @@
 """Teacher forcing: replay a recorded reply through a real model at exactly the cost of generating it.
 
-The recorded tokens are forced through `HFChatModel.generate` by a logits processor, so prompt
-building, KV-cache reuse, stop strings and the generation loop are the model's own code; each
-reply token costs the forward pass that would have chosen it, whatever the weights are. The
-benchmark bench/episode_cost.py uses this to compare agent strategies on any weights, even random.
+The recorded tokens are forced through a local model's own `generate` (`HFChatModel`, or
+`LlamaCppModel`, whose logits processors get numpy rows) by a logits processor, so prompt building,
+KV-cache reuse, stop strings and the generation loop are the model's own code; each reply token costs
+the forward pass that would have chosen it, whatever the weights are. The benchmark
+bench/episode_cost.py uses this to compare agent strategies and runtimes on any weights, even random.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
 
 from ..format.messages import Message
 from .base import BaseModel, Completion
-from .hf import HFChatModel
+from .llamacpp import LlamaCppModel
+from .local import LocalChatModel
 
 
-@dataclass
+@dataclasses.dataclass
 class RecordedReply:
     """One recorded model reply.
 
@@ -37,7 +39,7 @@ class RecordedReply:
         return not self.continuation and not self.runs_on
 
 
-@dataclass
+@dataclasses.dataclass
 class ReplayCounts:
     """What replaying cost, in model work. `tokens_processed` = every token fed through the model."""
 
@@ -59,14 +61,15 @@ class ReplayCounts:
         return self.prefilled + self.fed
 
     def __iadd__(self, other: ReplayCounts) -> ReplayCounts:
-        for f in fields(self):
+        for f in dataclasses.fields(self):
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
         return self
 
 
 class ForceTokens:
     """Logits processor: step i chooses `ids[i]`; past them an end token, or with `run_on` the
-    model's own choice with the end tokens banned (a reply that never closes its turn)."""
+    model's own choice with the end tokens banned (a reply that never closes its turn). It takes
+    transformers' scores (a torch tensor of one row) or llama.cpp's (a numpy row)."""
 
     def __init__(self, ids: list[int], end_ids: list[int], run_on: bool = False):
         if not end_ids:
@@ -75,13 +78,16 @@ class ForceTokens:
         self.step = 0
 
     def __call__(self, input_ids, scores):
+        import numpy as np
+
         step, self.step = self.step, self.step + 1
         if step >= len(self.ids) and self.run_on:
-            scores[:, self.end_ids] = -float("inf")
+            scores[..., self.end_ids] = -float("inf")
             return scores
         keep = self.ids[step] if step < len(self.ids) else self.end_ids[0]
-        forced = scores.new_full(scores.shape, -float("inf"))
-        forced[:, keep] = 0.0
+        forced = (scores.new_full(scores.shape, -float("inf")) if hasattr(scores, "new_full")
+                  else np.full_like(scores, -np.inf))
+        forced[..., keep] = 0.0
         return forced
 
 
@@ -89,6 +95,14 @@ class PassCounter:
     """Counts a torch module's forward passes and the tokens fed to each, and times one-token passes
     (synchronising CUDA so the times are the device's). A context manager; it counts every pass of
     the module meanwhile, so nothing else may run the same weights while it counts."""
+
+    @property
+    def passes(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def fed(self) -> int:
+        return sum(self.sizes)
 
     def __init__(self, module):
         self.module = module
@@ -128,16 +142,40 @@ class PassCounter:
             torch.cuda.synchronize()
 
 
-def reply_ids(model: HFChatModel, prompt_text: str, prompt_ids: list[int], text: str) -> list[int]:
+class RuntimeCounter:
+    """The same counts for a llama.cpp model, from its runtime: the tokens llama.cpp itself counts as
+    evaluated (`llama_perf_context`), the passes and the one-token passes' time around them."""
+
+    def __init__(self, runtime):
+        self.runtime = runtime
+
+    def __enter__(self) -> RuntimeCounter:
+        self._counters, self._perf = dataclasses.replace(self.runtime.counters), self.runtime.perf()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        after, perf = self.runtime.counters, self.runtime.perf()
+        self.passes = after.calls - self._counters.calls
+        self.fed = sum(perf[k] - self._perf[k] for k in ("prompt_tokens", "eval_tokens"))
+        self.single_passes = after.single_passes - self._counters.single_passes
+        self.single_seconds = after.single_seconds - self._counters.single_seconds
+
+
+def counting(model: LocalChatModel):
+    """A context manager counting the forward passes of `model` (see PassCounter)."""
+    return RuntimeCounter(model.runtime) if isinstance(model, LlamaCppModel) else PassCounter(model.model)
+
+
+def reply_ids(model: LocalChatModel, prompt_text: str, prompt_ids: list[int], text: str) -> list[int]:
     """The token ids a model writes for `text` after the prompt: the suffix of the encoded
     prompt + text, so token boundaries are the real tokenizer's."""
     full = model.encode_prompt(prompt_text + text)
     if full[: len(prompt_ids)] == prompt_ids:
         return full[len(prompt_ids):]
-    return list(model.tokenizer(text, add_special_tokens=False)["input_ids"])  # boundary merged: encode alone
+    return model.encode_text(text)  # boundary merged: encode alone
 
 
-def replay_generate(model: HFChatModel, messages: list[Message], reply: RecordedReply, stop: list[str] | None = None,
+def replay_generate(model: LocalChatModel, messages: list[Message], reply: RecordedReply, stop: list[str] | None = None,
                     max_new_tokens: int | None = None) -> tuple[Completion, ReplayCounts]:
     """Run `model.generate(messages, stop)` with the recorded reply forced token by token.
 
@@ -152,13 +190,13 @@ def replay_generate(model: HFChatModel, messages: list[Message], reply: Recorded
     forced = own if stop else reply_ids(model, prompt_text, prompt_ids, reply.text + reply.continuation)
     processor = ForceTokens(forced, model.end_token_ids, run_on=reply.runs_on and not stop)
     overhead = time.perf_counter() - started
-    with PassCounter(model.model) as passes:
+    with counting(model) as passes:
         completion = model.generate(messages, stop=stop, max_new_tokens=max_new_tokens, logits_processor=[processor])
     decoded = completion.completion_tokens
     prefilled = completion.prompt_tokens - completion.cached_tokens
     kept = len(own) + (1 if reply.ends_turn else 0)
     counts = ReplayCounts(
-        calls=1, forward_passes=len(passes.sizes), prefilled=prefilled, fed=sum(passes.sizes) - prefilled,
+        calls=1, forward_passes=passes.passes, prefilled=prefilled, fed=passes.fed - prefilled,
         decoded=decoded, discarded=max(0, decoded - kept), reply_tokens=len(own), reused=completion.cached_tokens,
         decode_passes=passes.single_passes, seconds=completion.seconds, decode_seconds=passes.single_seconds,
         overhead_seconds=overhead)
@@ -166,11 +204,11 @@ def replay_generate(model: HFChatModel, messages: list[Message], reply: Recorded
 
 
 class ReplayModel(BaseModel):
-    """A model whose replies are recorded ones, forced through an `HFChatModel`; an `Agent` runs on it
+    """A model whose replies are recorded ones, forced through a local model; an `Agent` runs on it
     exactly as on the model itself. `use_stop=False` is the original TinyAgent loop: the agent's
     stop strings are dropped, so each reply's continuation is generated too and cut afterwards."""
 
-    def __init__(self, model: HFChatModel, replies: Iterable[RecordedReply] = (), use_stop: bool = True,
+    def __init__(self, model: LocalChatModel, replies: Iterable[RecordedReply] = (), use_stop: bool = True,
                  max_new_tokens: int | None = None):
         self.model, self.use_stop, self.max_new_tokens = model, use_stop, max_new_tokens
         self.replies = list(replies)

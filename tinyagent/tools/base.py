@@ -49,6 +49,9 @@ class Tool:
     #: True when the same arguments again can give a new result (e.g. `lookup` paging through
     #: matches), so the agent's repeated-call guard lets them through.
     repeatable: bool = False
+    #: True when calls of one model reply (parallel tool calls) may run at the same time as other
+    #: calls; False runs this tool's calls one after another.
+    concurrent: bool = True
 
     def call(self, **kwargs) -> str:
         """Do the work with validated arguments; may return str, dict / list (sent as JSON) or an awaitable."""

@@ -1,4 +1,10 @@
-"""Safe arithmetic: walk the AST of an expression, never `eval` it."""
+"""Safe arithmetic: walk the AST of an expression, never `eval` it.
+
+Bounded by construction, not by a timeout: the input's length and nesting, every integer's size
+(MAX_RESULT_BITS, checked after each operation, so operands stay small), and, checked before the
+call, the arguments that make one C call run long on small numbers (`round`'s digits, a three-argument
+`pow`). A call cannot be interrupted once CPython is in it, and it holds the GIL meanwhile.
+"""
 from __future__ import annotations
 
 import ast
@@ -11,6 +17,10 @@ from .base import Tool, ToolError
 MAX_INPUT_CHARS = 500
 MAX_RESULT_BITS = 4096  # about 1,200 decimal digits
 MAX_DEPTH = 60
+#: `round(x, n)` for an integer x computes 10**-n: |n| beyond the digits of MAX_RESULT_BITS means nothing.
+MAX_ROUND_DIGITS = 1300
+#: pow(base, exponent, modulus): the work grows with the exponent's bits times the modulus's bits squared.
+MAX_MODULAR_POWER_BITS = 1024
 
 _BINARY = {
     ast.Add: operator.add,
@@ -112,8 +122,7 @@ def _eval(node: ast.AST, depth: int) -> int | float:
         if node.keywords:
             raise CalculatorError("functions take positional arguments only")
         args = [_eval(a, depth + 1) for a in node.args]
-        if node.func.id == "pow" and len(args) == 2:
-            _check_power(*args)
+        _check_arguments(node.func.id, args)
         result = _FUNCTIONS[node.func.id](*args)
         _check_size(result)
         return result
@@ -125,6 +134,18 @@ def _check_power(base, exponent) -> None:
         raise CalculatorError("complex numbers are not supported")
     if abs(base) > 1 and exponent > 0 and exponent * math.log2(abs(base)) > MAX_RESULT_BITS:
         raise CalculatorError(f"the power is too large (over {MAX_RESULT_BITS} bits)")
+
+
+def _check_arguments(name: str, args: list) -> None:
+    """Refuse, before the call, arguments that would make one C call run long (see the module docstring)."""
+    if name == "pow" and len(args) == 2:
+        _check_power(*args)
+    elif name == "pow" and len(args) == 3:
+        if any(isinstance(a, int) and a.bit_length() > MAX_MODULAR_POWER_BITS for a in args[1:]):
+            raise CalculatorError(f"pow(base, exponent, modulus) takes an exponent and a modulus of at most "
+                                  f"{MAX_MODULAR_POWER_BITS} bits")
+    elif name == "round" and len(args) == 2 and isinstance(args[1], int) and abs(args[1]) > MAX_ROUND_DIGITS:
+        raise CalculatorError(f"round() takes at most {MAX_ROUND_DIGITS} digits, not {args[1]}")
 
 
 def _check_size(value) -> None:

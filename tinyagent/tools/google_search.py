@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import os
 
-from ..http import RequestFailed, json_body, post_json
-from ..secrets import register_secret
+from ..http import Deadline, RequestFailed, json_body, post_json
+from ..secrets import register_secret, register_url
 from .base import Tool, ToolError
 
 SERPER_URL = "https://google.serper.dev/search"
@@ -29,10 +29,13 @@ class GoogleSearch(Tool):
 
     def __init__(self, api_key: str | None = None, endpoint: str | None = None, timeout: float = 10.0,
                  max_retries: int = 2, num_results: int = 5, gl: str | None = None,
-                 hl: str | None = None, backoff: float = 0.5):
+                 hl: str | None = None, backoff: float = 0.5, deadline: float | None = 60.0):
+        """`timeout`: seconds without an answer before a retry; `deadline`: seconds for a search in all."""
         self._api_key = api_key
         register_secret(api_key)  # a server may echo it back into results, traces and prompts
         self.endpoint = endpoint or os.environ.get(ENDPOINT_ENV) or SERPER_URL
+        self.shown_endpoint = register_url(self.endpoint)
+        self.deadline = deadline
         self.timeout = timeout
         self.max_retries = max_retries
         self.num_results = num_results
@@ -40,7 +43,7 @@ class GoogleSearch(Tool):
         self.backoff = backoff
 
     def __repr__(self) -> str:  # the key stays out of reprs and tracebacks
-        return f"GoogleSearch(endpoint={self.endpoint!r})"
+        return f"GoogleSearch(endpoint={self.shown_endpoint!r})"
 
     @property
     def api_key(self) -> str | None:
@@ -56,14 +59,15 @@ class GoogleSearch(Tool):
         payload = {"q": search_query, "num": self.num_results}
         payload.update({k: v for k, v in (("gl", self.gl), ("hl", self.hl)) if v})
         headers = {"X-API-KEY": key, "Content-Type": "application/json"}
+        deadline = Deadline(self.deadline)
         try:
-            response = post_json(self.endpoint, payload, headers, timeout=self.timeout,
-                                 max_retries=self.max_retries, backoff=self.backoff)
-            if response.status_code in (401, 403):
-                raise ToolError(f"Serper rejected the API key (HTTP {response.status_code}); check {KEY_ENV}")
-            if response.status_code >= 400:
-                raise ToolError(f"Serper answered HTTP {response.status_code}")
-            body = json_body(response, self.endpoint)
+            with post_json(self.endpoint, payload, headers, timeout=self.timeout, max_retries=self.max_retries,
+                           backoff=self.backoff, deadline=deadline) as response:
+                if response.status_code in (401, 403):
+                    raise ToolError(f"Serper rejected the API key (HTTP {response.status_code}); check {KEY_ENV}")
+                if response.status_code >= 400:
+                    raise ToolError(f"Serper answered HTTP {response.status_code}")
+                body = json_body(response, self.endpoint, deadline=deadline)
         except RequestFailed as e:
             raise ToolError(f"Google search failed: {e}") from None
         return format_results(body, self.num_results) or f"No results found for {search_query!r}."

@@ -95,6 +95,8 @@ def _parse_record(line: str, path: Path, number: int) -> Document:
         record = json.loads(line)
     except ValueError as e:
         raise CorpusError(f"{path}, line {number}: not valid JSON ({getattr(e, 'msg', e)})") from None
+    except RecursionError:
+        raise CorpusError(f"{path}, line {number}: JSON nested too deeply to read") from None
     if not isinstance(record, dict):
         raise CorpusError(f"{path}, line {number}: expected a JSON object with \"title\" and \"text\", "
                           f"got {type(record).__name__}")

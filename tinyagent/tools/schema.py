@@ -14,6 +14,8 @@ import types
 import typing
 from collections.abc import Callable
 
+from ..text import clip
+
 _JSON_TYPES: dict[type, str] = {
     str: "string",
     int: "integer",
@@ -118,7 +120,7 @@ def check(name: str, value, schema: dict):
 
 
 def _show(value) -> str:
-    return f"{type(value).__name__} {value!r:.60}"
+    return f"{type(value).__name__} {clip(repr(value), 60, '')}"
 
 
 def converter(annotation) -> Callable | None:

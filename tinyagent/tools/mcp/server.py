@@ -22,7 +22,9 @@ import threading
 import weakref
 from collections.abc import Mapping, Sequence
 
-from ...secrets import redact, register_secret
+from ...format.observations import kept
+from ...secrets import redact, register_args, register_secret
+from ...text import clip
 from ..base import Tool, ToolError
 from .spec import INSTALL_HINT, MCPServerError
 from .tool import DESCRIPTION_CHARS, MCPTool, result_text
@@ -42,19 +44,21 @@ class MCPServer:
     """One MCP server run over stdio; `tools` holds a `Tool` per tool it offers.
 
     `env` is added to the few variables the server inherits (HOME, PATH, ...); its values are
-    secrets and are redacted wherever tinyagent writes. `timeout` bounds the start and each call.
+    secrets and are redacted wherever tinyagent writes, as are the values in `args` of a key-like
+    flag (`--api-token X`, `--key=X`), of the flags in `secret_args`, and the credentials of URLs. `timeout` bounds the start and each call.
     `tools` keeps only the named tools; descriptions are cut to `description_chars`.
     """
 
     def __init__(self, command: str, args: Sequence[str] = (), env: Mapping[str, str] | None = None,
                  timeout: float = 30.0, tools: Sequence[str] | None = None,
-                 description_chars: int = DESCRIPTION_CHARS):
+                 description_chars: int = DESCRIPTION_CHARS, secret_args: Sequence[str] = ()):
         try:
             import mcp  # the optional extra
         except ImportError:
             raise MCPServerError(INSTALL_HINT) from None
         for value in (env or {}).values():
             register_secret(value)
+        register_args(list(args), secret_args)
         self.label = redact(shlex.join([command, *args]))
         self.timeout = timeout
         self.tools: list[Tool] = []
@@ -138,7 +142,7 @@ class MCPServer:
             raise ToolError(redact(f"{name} failed: {reason} (MCP server {self.label})")) from None
         finally:
             future.cancel()  # no-op when done; stops a call left behind by a timeout or Ctrl-C
-        text = redact(result_text(result))
+        text = kept(redact(result_text(result)))  # redacted, then cut: no half of a key is left
         if result.is_error:
             raise ToolError(text or f"{name} reported an error")
         return text
@@ -191,7 +195,7 @@ class MCPServer:
         except (OSError, ValueError):
             return ""
         lines = [line.strip() for line in tail.splitlines() if line.strip()]
-        return lines[-1][:200] if lines else ""
+        return clip(lines[-1], 200) if lines else ""
 
 
 def _select(server: MCPServer, listed: list, names: Sequence[str] | None, chars: int) -> list[Tool]:

@@ -1,6 +1,8 @@
 """One `agent.mcp_servers` entry of a config: what it may hold, checked before any server starts."""
 from __future__ import annotations
 
+from ...text import clip
+
 INSTALL_HINT = "MCP servers need the mcp package: pip install 'tinyagent[mcp]'"
 
 
@@ -10,7 +12,8 @@ class MCPServerError(RuntimeError):
 
 #: The keys of one `agent.mcp_servers` entry, and what each must be.
 SPEC_KEYS = {"command": "a non-empty string", "args": "a list of strings", "env": "a mapping of strings",
-             "timeout": "a positive number of seconds", "tools": "a list of tool names"}
+             "timeout": "a positive number of seconds", "tools": "a list of tool names",
+             "secret_args": "a list of flags whose values are secrets"}
 
 
 def spec_problem(spec) -> str | None:
@@ -26,11 +29,12 @@ def spec_problem(spec) -> str | None:
         "env": lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in (*v, *v.values())),
         "timeout": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0,
         "tools": lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v),
+        "secret_args": lambda v: isinstance(v, list) and all(isinstance(a, str) and a.startswith("-") for a in v),
     }
     if "command" not in spec:
         return "needs a `command` (the program that runs the server)"
     for key, value in spec.items():
         if not checks[key](value):
-            shown = "[REDACTED]" if key == "env" else repr(value)[:60]  # env values are secrets
+            shown = "[REDACTED]" if key == "env" else clip(repr(value), 60)  # env values are secrets
             return f"{key} must be {SPEC_KEYS[key]}, not {shown}"
     return None

@@ -1,10 +1,15 @@
 """One MCP tool as a `Tool`: its name, description and input schema for the prompt, the argument
-check and constrained decoding; its `tools/call` result as the text of an observation."""
+check and constrained decoding; its `tools/call` result as the text of an observation.
+
+What the server says about a tool is untrusted text, like its results: chat-control tokens in names,
+descriptions and schemas are broken up before they reach the prompt; a result is cut to
+MAX_RAW_OBSERVATION_CHARS by the server (server.py), as the agent cuts every tool's."""
 from __future__ import annotations
 
 import json
 from typing import Protocol
 
+from ...format.observations import neutralize_control_tokens, neutralized
 from ...text import clip
 from ..base import Tool
 
@@ -26,15 +31,19 @@ class MCPTool(Tool):
 
     def __init__(self, server: ToolServer, spec, description_chars: int = DESCRIPTION_CHARS):
         self.server = server
-        self.name_for_model = spec.name
+        self.server_name = spec.name  # what `tools/call` is sent; the prompt's names are neutralised
+        self.name_for_model = neutralize_control_tokens(spec.name)
         annotations = getattr(spec, "annotations", None)
-        self.name_for_human = spec.title or getattr(annotations, "title", None) or spec.name
-        self.description_for_model = _shorten(spec.description or "", description_chars)
-        self.input_schema = dict(spec.input_schema or {})
+        self.name_for_human = neutralize_control_tokens(spec.title or getattr(annotations, "title", None) or spec.name)
+        self.description_for_model = neutralize_control_tokens(_shorten(spec.description or "", description_chars))
+        self.input_schema = neutralized(dict(spec.input_schema or {}))
+        self._server_keys = {neutralize_control_tokens(k): k for k in (spec.input_schema or {}).get("properties") or {}
+                             if isinstance(k, str)}
         self.parameters = _parameters(self.input_schema, description_chars)
 
     def call(self, **kwargs) -> str:
-        return self.server.call_tool(self.name_for_model, kwargs)
+        arguments = {self._server_keys.get(k, k): v for k, v in kwargs.items()}
+        return self.server.call_tool(self.server_name, arguments)
 
     def json_schema(self) -> dict:
         """The server's own input schema (richer than `parameters`), closed to other keys unless it says so."""

@@ -1,0 +1,189 @@
+"""LlamaCppModel: a GGUF chat model run by llama.cpp (the optional `llamacpp` extra), on its own quantised
+weights and CPU kernels.
+
+The same contract as `HFChatModel`: the chat template (here from the file's metadata, rendered as
+transformers renders it), stop strings at a line start and never inside a think block, a stream
+that holds back what may become a stop string, constrained decoding through the same automaton,
+repetition rules within the reply, cancel, and usage counts with `cached_tokens`. The KV cache
+keeps `kept_prefixes` conversations between calls (`engine.sequences`), so each step of an agent
+feeds only its new tokens. Concurrent calls run one at a time: measured on this project's 2-core
+CPU, a llama.cpp pass over 8 sequences costs about 7 passes of one (attention over each agent's
+1,500 cached tokens is per-sequence work), so batching them gains little (README, "Models").
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+import weakref
+from pathlib import Path
+
+from ..engine.chat_template import template_renderer
+from ..engine.llama_runtime import LlamaRuntime
+from ..engine.sampling import ReplyChooser
+from ..engine.sequences import SequencePool
+from ..engine.streaming import PieceText
+from ..format.messages import Message
+from ..format.tool_formats import detect_format, template_takes_tools
+from ..text import StopHoldback, TextCallback, stop_index, trim_at_stop
+from .base import Completion
+from .local import DEFAULT_GENERATION, END_OF_TURN_TOKENS, KEPT_PREFIXES, LocalChatModel
+
+
+class Vocabulary:
+    """One GGUF file's vocabulary as the automaton compiles it: the key of its compiled patterns,
+    shared by every model on the same file, so a pattern is compiled once per process."""
+
+    _known: dict[tuple, Vocabulary] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, runtime: LlamaRuntime):
+        self._runtime = weakref.ref(runtime)
+
+    @classmethod
+    def of(cls, runtime: LlamaRuntime) -> Vocabulary:
+        stat = runtime.path.stat()
+        key = (str(runtime.path.resolve()), stat.st_size, stat.st_mtime_ns)
+        with cls._lock:
+            known = cls._known.get(key)
+            if known is None or known._runtime() is None:
+                known = cls._known[key] = cls(runtime)
+            return known
+
+    def pieces(self):
+        return self._runtime().ordinary_pieces()
+
+
+class LlamaCppModel(LocalChatModel):
+    """`LlamaCppModel("model.gguf")`: any GGUF chat model llama.cpp runs (see the module docstring).
+
+    `context_window`: tokens of one conversation (default the file's trained context, at most
+    `llama_runtime.MAX_CONTEXT`); `kv_cells`: the KV cache the kept conversations share (see `LlamaRuntime`); `threads`: CPU threads (default half the CPUs this process may use);
+    `seed`: of the sampler when `temperature` > 0. `max_batch` is accepted for a config's sake: calls
+    run one at a time here.
+    """
+
+    provider = "llama.cpp"
+    model_id = property(lambda self: self.runtime.path.name)
+
+    def __init__(self, path: str | os.PathLike, context_window: int | None = None, threads: int | None = None,
+                 reuse_cache: bool = True, kept_prefixes: int = KEPT_PREFIXES, kv_cells: int | None = None,
+                 seed: int = 0, max_batch: int | None = None, **generation_defaults):
+        import numpy as np
+
+        self.runtime = LlamaRuntime(path, context_window, max(1, kept_prefixes) if reuse_cache else 1, threads,
+                                    kv_cells)
+        template = self.runtime.chat_template()
+        if not template:
+            raise ValueError(f"{Path(path).name} has no chat template in its metadata: use a chat (instruct) model")
+        self._template = template_renderer(template, **self.runtime.special_token_texts())
+        self.tool_format, self.native_tools = detect_format(template), template_takes_tools(template)
+        control = {t: self.runtime.token_text(t) for t in self.runtime.control_tokens()}
+        self.control_tokens = tuple(sorted(set(control.values()) - {""}))
+        ends = set(self.runtime.end_tokens()) | {t for t, text in control.items() if text in END_OF_TURN_TOKENS}
+        self.end_token_ids = sorted(ends)
+        self.context_window = self.runtime.context_window
+        self.generation_defaults = {**DEFAULT_GENERATION, **generation_defaults}
+        self._reuse = reuse_cache
+        self._pool = SequencePool(self.runtime.sequences, self.runtime.remove, self.runtime.copy)
+        self._vocab = Vocabulary.of(self.runtime)
+        self._rng = np.random.default_rng(seed)
+        self._lock = threading.Lock()
+
+    # --- prompts --------------------------------------------------------------------------
+
+    def _apply_template(self, messages: list[Message], add_generation_prompt: bool,
+                        continue_final_message: bool, tools: list[dict] | None = None) -> str:
+        return self._template(messages, add_generation_prompt, continue_final_message, tools)
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """Token ids of a rendered prompt (the template already holds any BOS token)."""
+        return self.runtime.tokenize(text)
+
+    def _vocabulary(self):
+        return self._vocab, self._vocab.pieces
+
+    # --- generation -----------------------------------------------------------------------
+
+    def generate(self, messages: list[Message], stop: list[str] | None = None, *,
+                 max_new_tokens: int | None = None, temperature: float | None = None, top_p: float | None = None,
+                 repetition_penalty: float | None = None, no_repeat_ngram_size: int | None = None,
+                 max_line_tokens: int | None = None, on_text: TextCallback | None = None,
+                 logits_processor: list | None = None, constraint=None, cancel: threading.Event | None = None,
+                 tools: list[dict] | None = None, **ignored) -> Completion:
+        """Continue `messages`; returns the new text (before the first stop string) with usage counts.
+
+        The keywords are `HFChatModel.generate`'s; `logits_processor` holds functions
+        `(token ids so far, numpy scores) -> scores`. The reply ends at an end-of-turn token, a stop
+        string, `max_new_tokens`, the context window, or `cancel` being set. `tools` go to the chat
+        template; the agent reads the calls from the reply's text.
+        """
+        self.check_generation_options(ignored)
+        stop = [s for s in stop or () if s]
+        options = self._options(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
+                                max_line_tokens=max_line_tokens)
+        with self._lock:
+            ids = self.encode_prompt(self.render_prompt(messages, tools))
+            room = self.context_window - len(ids)
+            if room < 1:
+                raise ValueError(f"the prompt has {len(ids)} tokens, more than the context window of "
+                                 f"{self.context_window} allows")
+            budget = min(options["max_new_tokens"], room)
+            step, repetition = self._reply_rules(options, constraint, stop, budget)
+            chooser = ReplyChooser(ids, list(logits_processor or []), step, repetition, options["temperature"],
+                                   options["top_p"], self._rng)
+            holdback = StopHoldback(on_text, stop) if on_text else None
+            started = time.perf_counter()
+            new, text, reused = self._run(ids, chooser, budget, stop, holdback, cancel)
+            seconds = time.perf_counter() - started
+        whole, text = text, trim_at_stop(text, stop)
+        if holdback:
+            holdback.finish(text)
+        capped = len(new) >= budget and text == whole and not (new and new[-1] in self.end_token_ids)
+        return Completion(text, prompt_tokens=len(ids), completion_tokens=len(new), seconds=seconds,
+                          cached_tokens=reused, finish_reason="length" if capped else "stop")
+
+    def _run(self, ids: list[int], chooser: ReplyChooser, budget: int, stop: list[str],
+             holdback: StopHoldback | None, cancel: threading.Event | None) -> tuple[list[int], str, int]:
+        """Feed the prompt after what the kept cache holds of it, then decode; (new ids, their text, reused).
+
+        Any failure drops the sequence, so a bad call never poisons the next."""
+        if not self._reuse:
+            self._pool.clear()
+        seq, reused = self._pool.take(ids, self._reuse, leave=2)  # the prompt's last row from a batch, as a full
+        # prefill computes it (llama.cpp's one-token kernels round differently: `llama_runtime.chunks`)
+        pool, runtime = self._pool, self.runtime
+        new: list[int] = []
+        reply = PieceText(runtime.piece)
+        try:
+            logits = runtime.feed(seq, ids[reused:], reused, lambda: pool.evict(seq), cancel)
+            if logits is None:  # cancelled between prompt chunks: what was fed is not kept
+                pool.drop(seq)
+                return new, "", reused
+            pool.extend(seq, ids[reused:])
+            while logits is not None:
+                token = chooser.choose(new, logits)
+                new.append(token)
+                if token in self.end_token_ids:
+                    break
+                text = reply.add(token)
+                if holdback:
+                    holdback.update(text)
+                if (stop and stop_index(text, stop) is not None) or len(new) >= budget or (cancel and cancel.is_set()):
+                    break
+                logits = runtime.feed(seq, [token], len(ids) + len(new) - 1, lambda: pool.evict(seq))
+                pool.extend(seq, [token])
+        except BaseException:
+            pool.drop(seq)
+            raise
+        return new, reply.final(), reused
+
+    @property
+    def reuse_cache(self) -> bool:
+        return self._reuse
+
+    def reset_cache(self) -> None:
+        """Forget the kept conversations (frees their cells)."""
+        with self._lock:
+            self._pool.clear()
