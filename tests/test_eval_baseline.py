@@ -18,6 +18,7 @@ from openai_stub import OpenAIStub
 import tinyagent
 from tinyagent import cli
 from tinyagent import eval as ev
+from tinyagent.engine.llama_runtime import llamacpp_available
 from tinyagent.eval import charts, compare
 from tinyagent.eval.progress import Progress
 from tinyagent.format.direct import DIRECT_PROMPT
@@ -170,7 +171,8 @@ def test_a_results_folder_says_how_it_was_made(tmp_path, monkeypatch):
             "--out", str(tmp_path / "o")]
     assert ev.main(args) == 0
     run = json.loads((tmp_path / "o" / "summary.json").read_text())["run"]
-    assert run["model"] == f"{tmp_path}/tiny.gguf" and run["backend"] == "hf"
+    # a .gguf file runs on llama.cpp where it is installed, else on transformers
+    assert run["model"] == f"{tmp_path}/tiny.gguf" and run["backend"] == ("llamacpp" if llamacpp_available() else "hf")
     assert run["model_sha256"] == hashlib.sha256(weights.read_bytes()).hexdigest()
     assert run["suite_sha256"] == hashlib.sha256(suite.read_bytes()).hexdigest() and run["suite"] == str(suite)
     assert run["generation"]["max_new_tokens"] == 64 and run["protocol"] == "react-text"
