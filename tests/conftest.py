@@ -6,6 +6,7 @@ import signal
 import pytest
 
 from tinyagent import BaseModel, Completion
+from tinyagent.format.prompts import THOUGHT_LEAD
 from tinyagent.secrets import secret_scope
 from tinyagent.text import trim_at_stop
 
@@ -24,6 +25,15 @@ def forget_registered_secrets():
         yield
 
 
+def continuing(messages, reply: str) -> str:
+    """A scripted reply (written whole, as a step reads) as a model writes it after the agent's `Thought:`
+    lead (`Agent(thought_first=True)`): what follows the lead, so the step reads as scripted."""
+    pad = messages[-1]["content"] if messages and messages[-1].get("role") == "assistant" else ""
+    if not pad.endswith(THOUGHT_LEAD) or not reply:
+        return reply
+    return reply[len(THOUGHT_LEAD):] if reply.startswith(THOUGHT_LEAD) else "\n" + reply
+
+
 class ScriptedModel(BaseModel):
     """A model that answers with canned replies, honours `stop`, and records every call."""
 
@@ -36,7 +46,7 @@ class ScriptedModel(BaseModel):
         self.calls.append({"messages": [dict(m) for m in messages], "stop": stop, "kwargs": kwargs})
         if not self.replies:
             raise AssertionError("ScriptedModel ran out of replies")
-        text = trim_at_stop(self.replies.pop(0), stop)
+        text = trim_at_stop(continuing(messages, self.replies.pop(0)), stop)
         if self.usage:
             return Completion(text, prompt_tokens=self.usage[0], completion_tokens=self.usage[1])
         return text

@@ -35,11 +35,15 @@ def test_prompt_is_append_only_scratchpad(scripted):
                       "Final Answer: 1025"])
     Agent(model, tools=[Calculator()]).run("2**10 + 1?")
     first, second, third = (c["messages"] for c in model.calls)
-    assert [m["role"] for m in first] == ["system", "user"]
-    assert second[:2] == first and second[2]["role"] == "assistant"
-    assert second[2]["content"] == CALL_2_10 + "\nObservation: 1024\n"
-    assert third[:2] == first and third[2]["content"].startswith(second[2]["content"])
-    assert third[2]["content"].endswith("Observation: 1025\n")
+    assert [m["role"] for m in first] == ["system", "user", "assistant"] and first[2]["content"] == "Thought:"
+    assert second[:2] == first[:2] and second[2]["role"] == "assistant"
+    assert second[2]["content"] == CALL_2_10 + "\nObservation: 1024\nThought:"  # each reply begun with Thought:
+    assert third[:2] == first[:2] and third[2]["content"].startswith(second[2]["content"])
+    assert third[2]["content"].endswith("Observation: 1025\nThought:")
+    raw = scripted([CALL_2_10, "Final Answer: 1024"])  # without the lead, the scratchpad is the replies alone
+    Agent(raw, tools=[Calculator()], thought_first=False).run("2**10?")
+    assert [m["role"] for m in raw.calls[0]["messages"]] == ["system", "user"]
+    assert raw.calls[1]["messages"][2]["content"] == CALL_2_10 + "\nObservation: 1024\n"
 
 
 def test_hallucinated_observation_is_cut_and_first_action_runs(scripted):
@@ -72,14 +76,14 @@ def test_tool_output_is_data_not_instructions(scripted):
 
 
 def test_reply_without_action_is_the_final_answer(scripted):
-    result = Agent(scripted(["你好！有什么可以帮你的吗？"]), tools=[Calculator()]).run("你好")
+    result = Agent(scripted(["你好！有什么可以帮你的吗？"]), tools=[Calculator()], thought_first=False).run("你好")
     assert result.answer == "你好！有什么可以帮你的吗？" and result.finished
     assert result.stop_reason == "no_action" and result.lang == "zh"
 
 
 def test_thought_only_reply_is_a_format_error_then_the_answer_is_taken(scripted):
     model = scripted(["Thought: Paris is the capital of France.", "Thought: ok\nFinal Answer: Paris"])
-    result = Agent(model).run("Capital of France?")
+    result = Agent(model, thought_first=False).run("Capital of France?")  # with the lead: test_working.py
     first = result.steps[0]
     assert first.kind == "malformed" and first.final_answer is None and "no Action and no Final Answer" in first.error
     assert "Final Answer:" in model.calls[1]["messages"][-1]["content"].split("Observation: Error:")[1]
@@ -141,9 +145,10 @@ def test_repeated_call_is_not_executed_again(scripted):
     ("Action: calculator", "missing required parameter"),
 ])
 def test_mistakes_become_observations(scripted, reply, expected):
-    model = scripted([reply, "Final Answer: done"])
+    model = scripted([reply, "Final Answer: done", "Final Answer: done"])
     result = Agent(model, tools=[Calculator()]).run("?")
     assert expected in result.steps[0].observation and result.steps[0].observation.startswith("Error")
+    assert result.steps[1].kind == "recheck"  # an answer right after a failed call is sent back once
     assert result.steps[0].error and result.answer == "done"
     assert expected in model.calls[1]["messages"][-1]["content"]
 
@@ -160,7 +165,7 @@ def test_a_tool_that_raises_is_an_observation(scripted):
         """Always fails."""
         raise RuntimeError("disk on fire")
 
-    model = scripted(['Action: broken\nAction Input: {"x": "1"}', "Final Answer: sorry"])
+    model = scripted(['Action: broken\nAction Input: {"x": "1"}', "Final Answer: sorry", "Final Answer: sorry"])
     result = Agent(model, tools=[broken]).run("?")
     assert result.steps[0].observation == "Error: broken failed: RuntimeError: disk on fire"
     assert result.answer == "sorry"
@@ -209,12 +214,12 @@ def test_chat_keeps_history_and_reset_clears_it(scripted):
     agent.chat("Which year was Jay Chou born?")
     agent.chat("What was his first album?")
     messages = model.calls[1]["messages"]
-    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant"]
     assert messages[1]["content"] == "Which year was Jay Chou born?" and messages[2]["content"] == "1979"
     assert agent.history == [("Which year was Jay Chou born?", "1979"), ("What was his first album?", "Jay (2000)")]
     agent.reset()
     agent.chat("new")
-    assert [m["role"] for m in model.calls[2]["messages"]] == ["system", "user"]
+    assert [m["role"] for m in model.calls[2]["messages"]] == ["system", "user", "assistant"]
 
 
 def test_text_completion_keeps_tinyagent_shape(scripted):
@@ -238,7 +243,8 @@ def test_on_step_and_on_text_callbacks(scripted):
                 on_text(text[i:i + 7])
             return Completion(text, prompt_tokens=5, completion_tokens=3)
 
-    Agent(Streaming(), tools=[Calculator()], on_step=seen.append, on_text=streamed.append).run("2**10")
+    Agent(Streaming(), tools=[Calculator()], on_step=seen.append, on_text=streamed.append,
+          thought_first=False).run("2**10")
     assert [s.index for s in seen] == [0, 1] and seen[0].observation == "1024"
     assert "".join(streamed) == CALL_2_10 + "Final Answer: 1024"
 
@@ -248,7 +254,7 @@ def test_a_plain_generate_is_enough(scripted):
         def generate(self, messages, stop=None, **kwargs):
             return "Final Answer: " + messages[-1]["content"]
 
-    result = Agent(Echo()).run("ping")
+    result = Agent(Echo(), thought_first=False).run("ping")
     assert result.answer == "ping" and result.prompt_tokens is None
     response, history = Echo().chat("hello", meta_instruction="be brief")
     assert response == "Final Answer: hello" and history == [("hello", "Final Answer: hello")]
@@ -355,7 +361,7 @@ def test_every_step_says_what_kind_of_reply_it_was(scripted):
     model = scripted(['Action: calculator\nAction Input: {"expression": "1+1"}', "Action: nope\nAction Input: {}",
                       "Action: calculator\nAction Input: [1]", 'Action: calculator\nAction Input: {"expression": "1+1"}',
                       'Action: fail\nAction Input: {"x": "a"}', "", "just text"])
-    result = Agent(model, tools=[Calculator(), fail], max_turns=7).run("?")
+    result = Agent(model, tools=[Calculator(), fail], max_turns=7, thought_first=False, recheck=False).run("?")
     assert [s.kind for s in result.steps] == ["action", "unknown_tool", "bad_input", "repeated_call", "tool_error",
                                               "empty", "no_action"]
     forced = Agent(scripted([CALL_2_10, " 1024"]), tools=[Calculator()], max_turns=1).run("?")
@@ -383,7 +389,7 @@ def test_a_model_error_ends_the_run_with_its_steps_kept(monkeypatch):
     secret_store.register_secret("sk-model-secret-99")
     calls = [f'Action: calculator\nAction Input: {{"expression": "{i}+1"}}' for i in range(2)]
     model = FailingAt(calls, RuntimeError("HTTP 400 from server: key sk-model-secret-99\nbody"), at=2)
-    result = Agent(model, tools=[Calculator()], max_turns=5).run("count")
+    result = Agent(model, tools=[Calculator()], max_turns=5, thought_first=False).run("count")
     assert [s.kind for s in result.steps] == ["action", "action", "model_error"]
     assert [s.observation for s in result.steps[:2]] == ["1", "2"]
     assert (result.finished, result.stop_reason, result.answer) == (False, "model_error", "")

@@ -176,7 +176,7 @@ def test_without_a_serper_key_local_search_replaces_google_search(use_model, cap
 
 def test_a_secret_never_reaches_stdout_stderr_trace_or_json(use_model, capsys, tmp_path, monkeypatch):
     replies = [f'Thought: try it\nAction: calculator\nAction Input: {{"expression": "{SECRET} + 1"}}',
-               f"Final Answer: the key is {SECRET}"]
+               f"Final Answer: the key is {SECRET}", f"Final Answer: the key is {SECRET}"]  # the call fails: re-checked
     trace_file = tmp_path / "t.jsonl"
     for extra in ([], ["--no-stream"], ["--json"]):
         use_model(StreamingModel(list(replies)))

@@ -209,7 +209,8 @@ def scripted_factory(scripts: dict[str, list[str]], usage=(10, 5)):
     model = ByQuestion([], usage=usage)
 
     def factory():
-        return Agent(model, [Calculator(), weather], max_turns=3)
+        # the replies as written, each answer taken as it comes: what is scored is the point here
+        return Agent(model, [Calculator(), weather], max_turns=3, thought_first=False, recheck=False)
     return factory
 
 

@@ -175,7 +175,7 @@ def test_a_results_folder_says_how_it_was_made(tmp_path, monkeypatch):
     assert run["model"] == f"{tmp_path}/tiny.gguf" and run["backend"] == ("llamacpp" if llamacpp_available() else "hf")
     assert run["model_sha256"] == hashlib.sha256(weights.read_bytes()).hexdigest()
     assert run["suite_sha256"] == hashlib.sha256(suite.read_bytes()).hexdigest() and run["suite"] == str(suite)
-    assert run["generation"]["max_new_tokens"] == 64 and run["protocol"] == "react-text"
+    assert run["generation"]["max_new_tokens"] == 64 and run["protocol"] == "react"
     assert run["constrained"] is False and run["baseline"] == "only" and run["dtype"] == "auto"
     assert run["command"].startswith("python -m tinyagent.eval --suite ") and "--max-new-tokens 64" in run["command"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4}", run["date"])

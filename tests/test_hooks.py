@@ -46,7 +46,7 @@ class Log(Hooks):
 def test_hooks_run_in_order_before_and_in_reverse_after():
     log: list = []
     model = ScriptedModel([CALC, "Final Answer: 42"])
-    Agent(model, [Calculator()], hooks=[Log("a", log), Log("b", log)]).run("6*7?")
+    Agent(model, [Calculator()], hooks=[Log("a", log), Log("b", log)], thought_first=False).run("6*7?")
     assert log == [
         ("a", "before_run", "6*7?"), ("b", "before_run", "6*7?"),
         ("a", "before_model", "step"), ("b", "before_model", "step"),
@@ -81,7 +81,7 @@ class Rewrite(Hooks):
 
 def test_before_model_changes_the_prompt_and_options_and_after_model_the_reply():
     model = ScriptedModel(["Final Answer: 41"])
-    result = Agent(model, [], hooks=[Rewrite()]).run("6*7?")
+    result = Agent(model, [], hooks=[Rewrite()], thought_first=False).run("6*7?")  # the prompt ends with the user
     sent = model.calls[0]
     assert sent["messages"][-1]["content"] == "[rewritten] 6*7?" and sent["kwargs"]["temperature"] == 0.5
     assert result.answer == "42" and result.steps[0].text == "Final Answer: 42"
@@ -108,7 +108,7 @@ def test_a_hook_can_answer_a_model_call_or_a_tool_call_itself():
     calculator = Calculator()
     cache = Cache({"6*7?": CALC}, {"6*7": "42 (cached)"})
     calculator.call = lambda **kwargs: pytest.fail("the cached call ran the tool")
-    result = Agent(model, [calculator], hooks=[cache, Log("after", log)]).run("6*7?")
+    result = Agent(model, [calculator], hooks=[cache, Log("after", log)], thought_first=False).run("6*7?")
     assert len(model.calls) == 1   # the first reply came from the cache
     assert result.steps[0].kind == StepKind.ACTION and result.steps[0].observation == "42 (cached)"
     assert ("after", "before_tool", "calculator") not in log and ("after", "after_tool", "42 (cached)") not in log

@@ -47,13 +47,14 @@ def test_examples_are_in_their_language_with_english_keywords(lang, index):
 def test_every_language_has_a_calculator_a_search_and_a_docstore_example():
     for lang in EXAMPLES:
         actions = [tuple(s["action"] for s in e["steps"]) for e in EXAMPLES[lang]]
-        assert actions == [("local_search",), ("calculator",), ("search", "lookup")]
+        assert actions == [("local_search",), ("calculator",), ("calculator",), ("calculator", "calculator"),
+                           ("search", "lookup")]
 
 
 def test_examples_for_keeps_only_examples_whose_tools_exist():
-    assert [e["steps"][0]["action"] for e in examples_for(["calculator"], "en")] == ["calculator"]
+    assert [e["steps"][0]["action"] for e in examples_for(["calculator"], "en")] == ["calculator"] * 3
     assert [e["steps"][0]["action"] for e in examples_for(["calculator", "local_search"], "zh")] == [
-        "local_search", "calculator"]
+        "local_search", "calculator", "calculator", "calculator"]
     assert [e["steps"][0]["action"] for e in examples_for(["search", "lookup"], "en")] == ["search"]
     assert examples_for(["search"], "en") == []  # the docstore example needs lookup too
     assert examples_for([], "zh") == []
@@ -62,7 +63,7 @@ def test_examples_for_keeps_only_examples_whose_tools_exist():
 
 def test_search_example_is_retargeted_to_google_search_without_touching_the_originals():
     chosen = examples_for(["google_search", "calculator"], "en")
-    assert [e["steps"][0]["action"] for e in chosen] == ["google_search", "calculator"]
+    assert [e["steps"][0]["action"] for e in chosen] == ["google_search", "calculator", "calculator", "calculator"]
     assert chosen[0]["steps"][0]["action_input"] == {"search_query": "Eiffel Tower"}
     GoogleSearch().validate(chosen[0]["steps"][0]["action_input"])
     assert EXAMPLES["en"][0]["steps"][0]["action"] == "local_search"

@@ -132,7 +132,7 @@ def test_system_prompt_en_and_zh():
         assert "[google_search, calculator]" in prompt
         assert '"search_query"' in prompt
     assert "Google Search" in en and "谷歌搜索" not in en
-    assert "谷歌搜索" in zh and "请严格使用以下格式" in zh
+    assert "谷歌搜索" in zh and "请使用以下格式" in zh
     assert "搜索关键词" in zh  # parameter descriptions are translated too
 
 

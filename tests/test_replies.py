@@ -50,7 +50,8 @@ def first_step(reply: str):
     from conftest import ScriptedModel
 
     model = ScriptedModel(model_replies)
-    result = Agent(model, tools=TOOLS, max_turns=3).run("a question")
+    # the reply as written (no Thought: lead), and its answer taken as it comes (no re-check)
+    result = Agent(model, tools=TOOLS, max_turns=3, thought_first=False, recheck=False).run("a question")
     return result, result.steps[0], model
 
 

@@ -10,10 +10,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..format.arguments import bad_input_message
-from ..format.kinds import StepKind
+from ..format import prompts
+from ..format.kinds import FAILED_CALLS, StepKind
 from ..format.messages import Message, history_to_messages
-from ..format.reading import Reading
 from ..format.step_format import require_outlines
 from ..models.base import BaseModel, usage_of
 from ..text import lang_for, one_line
@@ -21,11 +20,15 @@ from ..tools.base import Tool
 from ..tools.base import tool as make_tool
 from ..tools.llm_tool import LLMTool
 from ..tutorial import TutorialAgent
-from . import context, observations, tool_calls
+from . import context
+from .acting import Acting
 from .approval import Approver, Ask, as_approver
-from .hooks import HookFailed, Hooks, ModelCall, Run, ToolCall, around, guarded, notify
+from .hooks import HookFailed, Hooks, ModelCall, Run, around, guarded, notify
 from .protocols import protocol_for
 from .results import AgentResult, Generation, Step, StopReason
+
+STUCK_REPEATS = 2  # repeated calls in a row after which the turn cap's answer is asked at once
+ASKED_NOTE = "the reply only reasoned: its Final Answer was asked for in the same step"
 
 log = logging.getLogger(__package__)  # "tinyagent.agent", for the whole loop
 
@@ -34,7 +37,7 @@ DEFAULT_DISTILL_THRESHOLD = 1500
 DEFAULT_TOOL_TIMEOUT = 120.0
 
 
-class Agent(TutorialAgent):
+class Agent(Acting, TutorialAgent):
     """A ReAct agent over any `BaseModel` and a list of tools.
 
     One `Agent` keeps one conversation (`chat`); use one instance per thread.
@@ -67,6 +70,8 @@ class Agent(TutorialAgent):
         approve: Approver | Ask | None = None,
         hooks: list[Hooks] | None = None,
         protocol: str = "react",
+        recheck: bool = True,
+        thought_first: bool = True,
         **generate_kwargs,
     ):
         if lang not in ("auto", "en", "zh"):
@@ -88,7 +93,8 @@ class Agent(TutorialAgent):
         self.lang, self.max_turns, self.system_prompt, self.examples = lang, max_turns, system_prompt, examples
         self.max_observation_chars = max_observation_chars
         self.distill_observations, self.distill_threshold = distill_observations, distill_threshold
-        self.constrained, self.tool_timeout = constrained, tool_timeout
+        self.constrained, self.tool_timeout, self.recheck = constrained, tool_timeout, recheck
+        self.thought_first = thought_first
         self.on_step, self.on_text = on_step, on_text
         self.hooks: list[Hooks] = ([as_approver(approve)] if approve is not None else []) + list(hooks or [])
         self.generate_kwargs = generate_kwargs
@@ -174,11 +180,22 @@ class Agent(TutorialAgent):
         for turn in range(self.max_turns):
             if self._stop.is_set():
                 return StopReason.STOPPED
-            for step in self._turn(turn, self._generate(messages, result), result, lang):
+            lead = self.protocol.lead if self.thought_first and not self.constrained else ""
+            generation = self._generate(messages, result, lead=lead)
+            if lead:
+                generation = self._answer_if_thought_only(messages, result, generation, lang)
+            for step in self._turn(turn, generation, result, lang):
+                if step.final_answer is not None and ASKED_NOTE in step.notes:
+                    step.kind = StepKind.ANSWER_ASKED
+                if step.final_answer is not None and self._sends_back(step, result, turn):
+                    step.kind, step.final_answer = StepKind.RECHECK, None
+                    step.observation = prompts.RECHECK[lang]
                 self._record(result, step)
                 if step.final_answer is not None:
                     result.answer = step.final_answer
-                    return StopReason(step.kind)
+                    return StopReason.FINAL_ANSWER if step.kind == StepKind.ANSWER_ASKED else StopReason(step.kind)
+            if [s.kind for s in result.steps[-STUCK_REPEATS:]] == [StepKind.REPEATED_CALL] * STUCK_REPEATS:
+                break  # the model is stuck on one call: more turns would repeat it, so the answer is asked now
         if self._stop.is_set():
             return StopReason.STOPPED
         generation = self._generate(messages, result, suffix=self.protocol.forced_suffix(lang), purpose="forced_answer")
@@ -189,6 +206,33 @@ class Agent(TutorialAgent):
             error=None if answer else "no final answer at the turn cap")))
         result.answer = answer
         return StopReason.MAX_TURNS if answer else StopReason.NO_FORCED_ANSWER
+
+    def _answer_if_thought_only(self, messages: list[Message], result: AgentResult, generation: Generation,
+                                lang: str) -> Generation:
+        """A reply that only reasoned (no Action, no Final Answer), continued with `Final Answer:` in the same
+        step: its working is kept and its answer asked for, without an error turn. Its step's kind says so
+        (`answer_asked`, a format error in scoring)."""
+        readings = self.protocol.read(generation.reply, self.tools.values(), lang)
+        if len(readings) != 1 or not readings[0].thought_only:
+            return generation
+        asked = generation.reply.rstrip() + prompts.ANSWER_LEAD
+        if self.on_text is not None:
+            guarded(self.on_text, "on_text", prompts.ANSWER_LEAD)
+        more = self._generate(messages, result, suffix=asked, purpose="answer")
+        answer = self.protocol.forced_answer(more.reply, lang)
+        if not answer:
+            return generation
+        # the step's prompt is the second (longer) one; its reply is both calls' tokens
+        usage = {**more.usage, "completion_tokens": None if more.usage.get("completion_tokens") is None else
+                 (generation.usage.get("completion_tokens") or 0) + more.usage["completion_tokens"]}
+        return Generation(f"{asked} {answer}", usage, generation.seconds + more.seconds,
+                          [*generation.notes, *more.notes, ASKED_NOTE])
+
+    def _sends_back(self, step: Step, result: AgentResult, turn: int) -> bool:
+        """Whether an answer is sent back once to be checked: it came right after a failed call (which
+        gave nothing to answer from), in ReAct, with a turn left, and no answer was sent back before."""
+        return (self.recheck and self.protocol.rechecks and turn + 1 < self.max_turns and bool(result.steps)
+                and result.steps[-1].kind in FAILED_CALLS and all(s.kind != StepKind.RECHECK for s in result.steps))
 
     def _no_reply(self, result: AgentResult, kind: StepKind, error: str, notes: list | None = None) -> StopReason:
         """Record why a run got no reply (its steps so far are kept): the step, and the run's error."""
@@ -216,116 +260,28 @@ class Agent(TutorialAgent):
                     call.seconds = time.perf_counter() - t0
         return call
 
-    def _generate(self, messages: list[Message], result: AgentResult, suffix: str = "", purpose: str = "step"
-                  ) -> Generation:
+    def _generate(self, messages: list[Message], result: AgentResult, suffix: str = "", purpose: str = "step",
+                  lead: str = "") -> Generation:
         """One model call on the conversation plus the run's steps (then `suffix`), as the protocol writes
-        them: its messages, stop strings, tools and, when constrained, the reply's format."""
-        kwargs = dict(self.generate_kwargs)
+        them: its messages, stop strings, tools and, when constrained, the reply's format. `lead` begins the
+        reply (in the prompt, and in the reply returned)."""
+        kwargs, pad = dict(self.generate_kwargs), lead + suffix
         kwargs.update(self.protocol.options(list(self.tools.values()), result.steps, forced=bool(suffix),
                                             constrained=self.constrained, lang=result.lang))
-        notes = context.fit_prompt(messages, result.steps, suffix, self.model, kwargs, result.lang,
+        notes = context.fit_prompt(messages, result.steps, pad, self.model, kwargs, result.lang,
                                    render=self.protocol.prompt)
         if self.on_text is not None:
             kwargs["on_text"] = self.on_text
-        prompt = self.protocol.prompt(messages, result.steps, suffix)
+            if lead:
+                guarded(self.on_text, "on_text", lead)
+        prompt = self.protocol.prompt(messages, result.steps, pad)
         notes += self.protocol.before_call(self.model, prompt, kwargs.get("tools"), result.steps)
         call = self._call_model(prompt, purpose, result, **kwargs)
         self.protocol.after_call(str(call.reply))
         usage = usage_of(call.reply)
         result.add_usage(usage)
-        return Generation(self.protocol.reply(call.reply), usage, call.seconds, notes)
-
-    # --- one turn: a reply, and a step per call -------------------------------------------------
-
-    def _turn(self, turn: int, generation: Generation, result: AgentResult, lang: str) -> list[Step]:
-        """Read one reply and act on it: one step per tool call (the first with the call's counts).
-        Several calls run together (`tool_calls.run_together`), unless an approver asks about each."""
-        readings = self.protocol.read(generation.reply, self.tools.values(), lang)
-        steps = [Step.of(len(result.steps) + i, r) for i, r in enumerate(readings)]
-        calls = []
-        for i, (step, reading) in enumerate(zip(steps, readings)):
-            step.turn = turn if len(steps) > 1 else None
-            tool = self._act(step, reading, lang, result, steps[:i])
-            if tool is not None:
-                calls.append((step, tool))
-        asks = any(isinstance(h, Approver) for h in self.hooks)
-        tool_calls.run_together(calls, lambda step, tool: self._run_tool(step, tool, lang, result), together=not asks)
-        generation.into(steps[0])
-        return steps
-
-    def _step_of(self, index: int, reading: Reading, lang: str, result: AgentResult | None) -> Step:
-        """The step of one reading, acted on: its call run, or its answer or error observation."""
-        step = Step.of(index, reading)
-        tool = self._act(step, reading, lang, result)
-        return step if tool is None else self._run_tool(step, tool, lang, result)
-
-    def _act(self, step: Step, reading: Reading, lang: str, result: AgentResult | None,
-             earlier: list[Step] = ()) -> Tool | None:
-        """Fill in the step of a reading: a final answer, an error observation, or a call ready to run
-        (its tool is returned; `result` is None outside a run)."""
-        if reading.kind in (StepKind.FINAL_ANSWER, StepKind.NO_ACTION):
-            step.final_answer = reading.answer
-            return None
-        if reading.kind == StepKind.ACTION:
-            return self._prepare_call(step, result, earlier)
-        self._format_error(step, reading.kind, reading.error, result)
-        return None
-
-    def _format_error(self, step: Step, kind: StepKind, message: str, result: AgentResult | None) -> Step:
-        """An error observation; the same mistake twice in a row also gets a complete worked step."""
-        step.kind, step.error = kind, message
-        last = result.steps[-1] if result is not None and result.steps else None
-        repeated = last is not None and last.kind == kind and last.error == message and self.tools
-        worked = (self.tools.get(step.action or "") or next(iter(self.tools.values()))) if repeated else None
-        step.observation = self.protocol.error_observation(message, worked)
-        return step
-
-    def _prepare_call(self, step: Step, result: AgentResult | None, earlier: list[Step] = ()) -> Tool | None:
-        """Resolve, validate and guard the step's call: its tool when it is to run, else None (the step
-        then holds the error observation). `earlier`: the steps before it of the same reply."""
-        tool = tool_calls.resolve(step, self.tools)
-        try:
-            step.arguments = tool_calls.validate(tool, step)
-        except tool_calls.BAD_ARGUMENTS as e:
-            step.arguments = None
-            self._format_error(step, StepKind.BAD_INPUT, bad_input_message(tool, e), result)
-            return None
-        same = None if tool.repeatable or result is None else tool_calls.earlier_call(step, [*result.steps, *earlier])
-        if same is not None:
-            step.kind, step.error = StepKind.REPEATED_CALL, "repeated call"
-            step.observation = self.protocol.repeated_call(step, same, result.lang)
-            return None
-        return tool
-
-    def _run_tool(self, step: Step, tool: Tool, lang: str, result: AgentResult | None) -> Step:
-        """Invoke a prepared call through the tool hooks and shape its output into the step's observation."""
-        raw = tool_calls.settle(step, tool_calls.call(ToolCall(self._run, step, tool, step.arguments), self.hooks,
-                                                      self.tool_timeout), lang)
-        if raw is not None:
-            step.observation = self._observation_text(raw, lang, step.thought, result)
-            step.raw_observation = raw if step.observation != raw else None
-        return step
-
-    def _observation_text(self, raw: str, lang: str, thought: str, result: AgentResult | None) -> str:
-        """Tool output as it enters the prompt (`observations.shaped`), distilled when it is long and
-        `distill_observations` is on."""
-        def distill(text: str) -> str:
-            if not self.distill_observations or len(text) <= self.distill_threshold:
-                return text
-            question = result.question if result is not None else ""
-            budget = context.prompt_budget(self.model, self.generate_kwargs)
-            return observations.distilled(text, lang, question, thought, lambda m: self._ask(m, result),
-                                          self.model.count_tokens, budget)
-
-        return observations.shaped(raw, lang, getattr(self.model, "control_tokens", ()), self.max_observation_chars,
-                                   distill)
-
-    def _ask(self, messages: list[Message], result: AgentResult | None) -> str:
-        """A model call outside the scratchpad (distilling), counted in the run's usage."""
-        reply = self._call_model(messages, "distill", result, **self.generate_kwargs).reply
-        if result is not None:
-            result.add_usage(usage_of(reply))
-        return str(reply)
+        text = lead + call.reply if str(call.reply).strip() else call.reply  # an empty reply stays empty
+        return Generation(self.protocol.reply(text), usage, call.seconds, notes)
 
     def _record(self, result: AgentResult, step: Step) -> Step:
         result.steps.append(step)

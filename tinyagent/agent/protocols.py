@@ -46,6 +46,8 @@ class ReAct:
     (whose rendering `HFChatModel.render_prompt` checks, so the prompt only grows)."""
 
     name = ProtocolName.REACT
+    rechecks = True  # an answer right after a failed call is sent back once (`Agent(recheck=)`)
+    lead = prompts.THOUGHT_LEAD  # what a reply is begun with under `Agent(thought_first=True)`
 
     def before_call(self, model: BaseModel, prompt: list[Message], tools, steps) -> list[str]:
         return []
@@ -95,6 +97,8 @@ class Tools:
     """
 
     name = ProtocolName.TOOLS
+    rechecks = False
+    lead = ""
 
     def __init__(self, model: BaseModel):
         self.fmt = FORMATS[getattr(model, "tool_format", None) or DEFAULT_FORMAT]

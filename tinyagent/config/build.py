@@ -8,6 +8,7 @@ import typing
 from .. import models
 from ..agent import Agent, telemetry
 from ..agent.approval import Approver
+from ..format.examples import EXAMPLES, examples_for
 from ..format.step_format import require_outlines
 from ..models.embedded import runtime_for
 from ..secrets import register_secret
@@ -123,6 +124,11 @@ def build_agent(cfg: Config, model=None, tools: list | None = None, **agent_kwar
     tools = tools if tools is not None else build_tools(cfg)
     model = model if model is not None else build_model(cfg)
     kwargs = {**cfg.agent.agent_kwargs(), **cfg.generation_kwargs(), **agent_kwargs}
+    if kwargs.get("examples") is True:  # the shipped worked examples that fit these tools, per language
+        names = [t.name_for_model for t in tools]
+        kwargs["examples"] = {lang: examples_for(names, lang) for lang in EXAMPLES}
+    elif kwargs.get("examples") is False:
+        kwargs["examples"] = None
     if cfg.agent.otel:
         kwargs["hooks"] = [*kwargs.get("hooks", []), telemetry.Tracing()]
     agent = Agent(model, tools, **kwargs)

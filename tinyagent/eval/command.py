@@ -59,6 +59,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                         "none: only the agent")
     p.add_argument("--protocol", choices=PROTOCOLS, help="react, tools or auto (default: the config's)")
     p.add_argument("--constrained", action=argparse.BooleanOptionalAction, help="decode only valid steps")
+    p.add_argument("--examples", action=argparse.BooleanOptionalAction,
+                   help="worked examples for the tools in the system prompt (default: the config's)")
+    p.add_argument("--thought-first", action=argparse.BooleanOptionalAction,
+                   help="begin each ReAct reply with Thought: (default: the config's)")
+    p.add_argument("--recheck", action=argparse.BooleanOptionalAction,
+                   help="send an answer right after a failed call back once to be checked (default: the config's)")
     p.add_argument("--concurrency", type=int, help="parallel questions (default 4 for the openai backend, 8 for "
                                                    "local models, which decode them in one batch)")
     p.add_argument("--limit", type=int, help="only the first N questions")
@@ -72,7 +78,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
 def _load_config(args) -> config.Config:
     overrides: dict = {"agent.max_turns": args.max_turns, "generation.max_new_tokens": args.max_new_tokens,
-                       "agent.protocol": args.protocol, "agent.constrained": args.constrained}
+                       "agent.protocol": args.protocol, "agent.constrained": args.constrained,
+                       "agent.examples": args.examples, "agent.thought_first": args.thought_first,
+                       "agent.recheck": args.recheck}
     if args.tools is not None:
         overrides["agent.tools"] = [t.strip() for t in args.tools.split(",") if t.strip()]
     if args.model or args.base_url:

@@ -18,21 +18,21 @@ from pathlib import Path
 from .. import config
 from ..engine.gguf_cache import cache_root
 from ..format.direct import DIRECT_PROMPT
-from ..format.prompts import REACT_PROMPT
+from ..format.prompts import FORCE_FINAL, RECHECK, REACT_PROMPT, THOUGHT_LEAD
 from ..models.embedded import embedded_gguf_path
 from ..secrets import redact
 from ..version import __version__
 
 log = logging.getLogger(__name__)
 
-PROTOCOL = "react-text"  # the agent's tool-call protocol: ReAct labels in plain text
 WEIGHT_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt", ".pth")
 GIT_TIMEOUT = 5.0  # seconds for `git rev-parse`, which should take milliseconds
 
 #: The settings whose difference `compare` points out, as dotted keys of `run` (the suite is checked apart).
-COMPARED = ("model", "model_sha256", "backend", "dtype", "protocol", "constrained", "tools", "max_turns", "lang",
-            "generation", "prompts_sha256", "version", "commit")
-AGENT_SETTINGS = ("protocol", "constrained", "tools", "max_turns")  # no bearing on the direct baseline
+COMPARED = ("model", "model_sha256", "backend", "dtype", "protocol", "constrained", "tools", "max_turns", "examples",
+            "thought_first", "recheck", "lang", "generation", "prompts_sha256", "version", "commit")
+#: No bearing on the direct baseline.
+AGENT_SETTINGS = ("protocol", "constrained", "tools", "max_turns", "examples", "thought_first", "recheck")
 
 
 def file_sha256(path: Path) -> str:
@@ -116,7 +116,8 @@ def git_commit() -> str | None:
 
 def prompts_checksum() -> str:
     """sha256 of the prompt texts (ReAct and direct, both languages): a changed prompt is a changed run."""
-    text = json.dumps([REACT_PROMPT, DIRECT_PROMPT], ensure_ascii=False, sort_keys=True)
+    text = json.dumps([REACT_PROMPT, FORCE_FINAL, RECHECK, THOUGHT_LEAD, DIRECT_PROMPT], ensure_ascii=False,
+                      sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -128,8 +129,10 @@ def provenance(cfg: config.Config, suite: str | Path, command: str, baseline: st
         model = f"{model}/{m.gguf_file}"
     return redact({
         "model": model, "model_sha256": model_checksum(cfg), "backend": m.backend, "base_url": m.base_url,
-        "device": m.device, "dtype": m.dtype, "protocol": PROTOCOL, "constrained": bool(cfg.agent.constrained),
-        "tools": config.select_tools(cfg)[0], "max_turns": cfg.agent.max_turns, "lang": cfg.agent.lang,
+        "device": m.device, "dtype": m.dtype, "protocol": cfg.agent.protocol,
+        "constrained": bool(cfg.agent.constrained), "tools": config.select_tools(cfg)[0], "max_turns": cfg.agent.max_turns,
+        "examples": cfg.agent.examples, "thought_first": cfg.agent.thought_first, "recheck": cfg.agent.recheck,
+        "lang": cfg.agent.lang,
         "generation": cfg.generation_kwargs(), "baseline": baseline, "concurrency": concurrency,
         "prompts_sha256": prompts_checksum(), "version": __version__, "commit": git_commit(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "suite": str(suite), "suite_sha256": file_sha256(Path(suite)),

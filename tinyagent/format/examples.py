@@ -40,6 +40,40 @@ EXAMPLES: dict[str, list[dict]] = {
             "answer": "Its average speed is 120 km/h.",
         },
         {
+            "question": "A baker makes 3 trays of 12 muffins. She sells 25 muffins and gives 4 to a friend. "
+                        "How many muffins are left?",
+            "steps": [{
+                "thought": "She makes 3 * 12 = 36 muffins.\nShe sells 25 and gives away 4, so 25 + 4 = 29 are "
+                           "gone.\nThat leaves 36 - 29 = 7 muffins. I will check the whole computation.",
+                "action": "calculator",
+                "action_input": {"expression": "3 * 12 - (25 + 4)"},
+                "observation": "7",
+            }],
+            "final_thought": "The calculator confirms my working: 36 made, 29 gone, 7 left.",
+            "answer": "7",
+        },
+        {
+            "question": "Tom earns $15 an hour and works 8 hours a day, 5 days a week. He spends $120 a week "
+                        "on food. How much money does he keep each week?",
+            "steps": [
+                {
+                    "thought": "First his pay for one day: 15 * 8.",
+                    "action": "calculator",
+                    "action_input": {"expression": "15 * 8"},
+                    "observation": "120",
+                },
+                {
+                    "thought": "He earns 120 dollars a day, but that is only one step. Over 5 days he earns "
+                               "120 * 5, and he spends 120 on food, so he keeps 120 * 5 - 120.",
+                    "action": "calculator",
+                    "action_input": {"expression": "120 * 5 - 120"},
+                    "observation": "480",
+                },
+            ],
+            "final_thought": "He earns 600 dollars a week and keeps 600 - 120 = 480 dollars.",
+            "answer": "480",
+        },
+        {
             "question": "In which year did Albert Einstein publish his paper on special relativity?",
             "steps": [
                 {
@@ -87,6 +121,38 @@ EXAMPLES: dict[str, list[dict]] = {
             }],
             "final_thought": "计算结果是144，单位是平方厘米。",
             "answer": "它的面积是144平方厘米。",
+        },
+        {
+            "question": "面包师做了3盘松饼，每盘12个。她卖掉25个，又送给朋友4个。还剩多少个松饼？",
+            "steps": [{
+                "thought": "她一共做了 3 * 12 = 36 个松饼。\n卖掉25个、送出4个，一共少了 25 + 4 = 29 个。\n"
+                           "所以还剩 36 - 29 = 7 个。我用计算器核对整个算式。",
+                "action": "calculator",
+                "action_input": {"expression": "3 * 12 - (25 + 4)"},
+                "observation": "7",
+            }],
+            "final_thought": "计算器证实了我的推算：做了36个，少了29个，还剩7个。",
+            "answer": "7",
+        },
+        {
+            "question": "小王每小时挣15元，每天工作8小时，每周工作5天。他每周伙食花120元。他每周能存下多少钱？",
+            "steps": [
+                {
+                    "thought": "先算他一天的工资：15 * 8。",
+                    "action": "calculator",
+                    "action_input": {"expression": "15 * 8"},
+                    "observation": "120",
+                },
+                {
+                    "thought": "他一天挣120元，但这只是其中一步。5天挣 120 * 5 元，再减去伙食费120元，"
+                               "所以存下 120 * 5 - 120 元。",
+                    "action": "calculator",
+                    "action_input": {"expression": "120 * 5 - 120"},
+                    "observation": "480",
+                },
+            ],
+            "final_thought": "他每周挣600元，存下 600 - 120 = 480 元。",
+            "answer": "480",
         },
         {
             "question": "孔子周游列国大约多少年？",

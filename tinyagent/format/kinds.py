@@ -1,7 +1,7 @@
 """What a step was: one vocabulary for the reply reader, the loop, scoring, the CLI and the chat page.
 
 The kinds a reply can be read as (`read_step`) are a subset; the loop adds what it made of a call
-(`tool_error`, `repeated_call`), of what the approver made of a call (`edited`, `refused`), of the
+(`tool_error`, `repeated_call`), of an answer it sent back to be checked (`recheck`), of what the approver made of a call (`edited`, `refused`), of the
 turn cap (`forced_answer`, `no_forced_answer`) and of a run that ended without a reply
 (`context_overflow`, `model_error`, `hook_error`). Every list of kinds elsewhere derives from the
 properties here, so none can disagree with another.
@@ -23,6 +23,8 @@ class StepKind(StrEnum):
     MALFORMED = "malformed"                # saying what to write instead
     UNKNOWN_TOOL = "unknown_tool"
     BAD_INPUT = "bad_input"
+    ANSWER_ASKED = "answer_asked"          # the reply only reasoned; its Final Answer was asked for in the same step
+    RECHECK = "recheck"                    # an answer right after a failed call: sent back once to be checked
     FORCED_ANSWER = "forced_answer"        # the answer asked for at the turn cap
     NO_FORCED_ANSWER = "no_forced_answer"  # none came even then
     CONTEXT_OVERFLOW = "context_overflow"  # ends without a reply: the prompt did not fit
@@ -56,6 +58,9 @@ class StepKind(StrEnum):
 
 
 _VALID = frozenset({StepKind.FINAL_ANSWER, StepKind.ACTION, StepKind.TOOL_ERROR, StepKind.REPEATED_CALL,
-                    StepKind.EDITED, StepKind.REFUSED, StepKind.FORCED_ANSWER})
+                    StepKind.EDITED, StepKind.REFUSED, StepKind.RECHECK, StepKind.FORCED_ANSWER})
+#: Calls that failed, so gave the model nothing to answer from (an answer right after one is sent back
+#: once): the tool raised, or the call named no tool or had arguments the tool cannot take.
+FAILED_CALLS = frozenset({StepKind.TOOL_ERROR, StepKind.UNKNOWN_TOOL, StepKind.BAD_INPUT})
 _CORRECTED = frozenset({StepKind.EMPTY, StepKind.MALFORMED, StepKind.UNKNOWN_TOOL, StepKind.BAD_INPUT})
-_FORMAT_ERRORS = _CORRECTED | {StepKind.NO_ACTION, StepKind.NO_FORCED_ANSWER}
+_FORMAT_ERRORS = _CORRECTED | {StepKind.NO_ACTION, StepKind.NO_FORCED_ANSWER, StepKind.ANSWER_ASKED}

@@ -27,38 +27,41 @@ REACT_PROMPT = {
 
 {tool_descs}
 
-Use exactly this format:
+Use this format:
 
 Question: the question you must answer
-Thought: think about what to do next
+Thought: your reasoning: work the problem out step by step, on as many lines as you need
 Action: the tool to call, exactly one of [{tool_names}]
 Action Input: the tool's arguments as a JSON object
 Observation: the result the tool returns
 ... (Thought / Action / Action Input / Observation can repeat several times)
-Thought: I now know the final answer
+Thought: your working, checked against the observations
 Final Answer: the final answer to the original question
 
-Write one Action at a time and wait for its Observation; never write an Observation yourself. \
-When no tool is needed, write a Thought and then the Final Answer directly.
+Call a tool to check a step of your working or to find what you do not know. A tool's result answers \
+one step, not the whole question: keep working until the question is answered. Write one Action at a \
+time and wait for its Observation; never write an Observation yourself. When no tool is needed, write \
+your working as the Thought and then the Final Answer directly.
 
 Begin!""",
     "zh": """请尽你所能回答用户的问题。你可以使用以下工具：
 
 {tool_descs}
 
-请严格使用以下格式：
+请使用以下格式：
 
 Question: 你必须回答的问题
-Thought: 思考下一步该做什么
+Thought: 你的推理：一步一步地解题，需要几行就写几行
 Action: 要调用的工具，必须是 [{tool_names}] 之一
 Action Input: 工具的参数，写成 JSON 对象
 Observation: 工具返回的结果
 ...（Thought / Action / Action Input / Observation 可以重复多次）
-Thought: 我现在知道最终答案了
+Thought: 你的解题过程，并用 Observation 核对过
 Final Answer: 对原始问题的最终答案
 
-每次只写一个 Action，然后等待它的 Observation；不要自己编写 Observation。\
-如果不需要使用工具，请写出 Thought 后直接给出 Final Answer。
+调用工具来核对解题中的某一步，或查找你不知道的信息。工具的结果只回答其中一步，而不是整个问题：\
+请继续推理，直到回答了整个问题。每次只写一个 Action，然后等待它的 Observation；不要自己编写 Observation。\
+如果不需要使用工具，请把解题过程写在 Thought 中，然后直接给出 Final Answer。
 
 开始！""",
 }
@@ -67,10 +70,27 @@ NO_TOOLS = {"en": "(no tools are available: answer directly)", "zh": "（没有�
 
 EXAMPLES_HEADER = {"en": "Here are examples of the format:", "zh": "以下是该格式的示例："}
 
-# Appended to the scratchpad when the turn cap is reached, to ask for the answer from what is known.
+# Appended to the scratchpad when the turn cap is reached: the answer from the whole working, not only
+# the last observation.
 FORCE_FINAL = {
-    "en": "Thought: I have used all my steps, so I will answer now from what I know.\nFinal Answer:",
-    "zh": "Thought: 我已经用完了所有步骤，现在根据已知信息给出答案。\nFinal Answer:",
+    "en": "Thought: I have used all my steps. Taking all my working and every observation above together, "
+          "the answer to the whole question is:\nFinal Answer:",
+    "zh": "Thought: 我已经用完了所有步骤。综合上面全部的解题过程和每一个 Observation，整个问题的答案是：\nFinal Answer:",
+}
+
+#: What each ReAct step's reply is begun with (`Agent(thought_first=True)`): the model reasons first.
+THOUGHT_LEAD = "Thought:"
+#: Appended after a reply that only reasoned, to ask for its answer in the same step.
+ANSWER_LEAD = "\nFinal Answer:"
+
+# The observation after a Final Answer written right after a failed tool call: that call gave nothing
+# to answer from, so the model is asked once to check the answer against its whole working.
+RECHECK = {
+    "en": "your last tool call failed, so its result is not known. Before you answer, check the answer "
+          "against your whole working: write a Thought that works out the whole question, then the Final "
+          "Answer (or call a tool to check a step).",
+    "zh": "你上一次调用工具失败了，所以它的结果是未知的。回答之前，请用你全部的解题过程核对答案：先写一个 "
+          "Thought 把整个问题推算出来，再写 Final Answer（或调用工具核对某一步）。",
 }
 
 # Observation distillation: condense a long tool result to what the current thought needs.

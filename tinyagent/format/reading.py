@@ -60,6 +60,7 @@ class Reading:
     answer: str | None = None
     error: str | None = None          # for format errors: what went wrong and what to write
     call_id: str | None = None        # a native tool call's id, when the server gave one
+    thought_only: bool = False        # reasoning with no Action and no Final Answer after it
 
 
 # --- invented observations ----------------------------------------------------------------------
@@ -103,13 +104,20 @@ def read_step(reply: str, tools=(), lang: str = "en") -> Reading:
     elif blob_at is not None:
         reading = _read_blob(cut, visible[blob_at:], tools)
     elif THOUGHT.search(visible) or QUESTION.search(visible):
-        return _error(StepKind.MALFORMED, cut.rstrip(), "your reply has no Action and no Final Answer. Write "
-                      "Action and Action Input to call a tool, or Final Answer: followed by the answer", tools,
-                      thought=thought)
+        reading = _error(StepKind.MALFORMED, cut.rstrip(), "your reply has no Action and no Final Answer. Write "
+                         "Action and Action Input to call a tool, or Final Answer: followed by the answer", tools,
+                         thought=thought)
+        reading.thought_only = bool(thought) and not QUESTION.search(visible)
+        return reading
     else:  # no ReAct labels at all: chit-chat, taken as the answer
         return Reading(StepKind.NO_ACTION, cut.rstrip(), thought=thought, answer=visible.strip())
     reading.thought = thought
     return reading
+
+
+#: An answer that is only a placeholder copied from the prompt's format or an error's example.
+_PLACEHOLDER_ANSWER = re.compile(r"[<\[(（【]\s*(?:the |your |final )*(?:final )?(?:answer|答案|最终答案)[^>\])）】]{0,20}"
+                                 r"[>\])）】]\.?", re.IGNORECASE)
 
 
 def _final(visible: str, final: re.Match, thought: str, reply: str) -> Reading:
@@ -117,6 +125,9 @@ def _final(visible: str, final: re.Match, thought: str, reply: str) -> Reading:
     if not answer:
         return _error(StepKind.MALFORMED, reply.rstrip(), "the Final Answer was empty. Write the answer on the same "
                       "line: Final Answer: <your answer>", (), thought=thought)
+    if _PLACEHOLDER_ANSWER.fullmatch(answer):
+        return _error(StepKind.MALFORMED, reply.rstrip(), f"the Final Answer {answer!r} is the example's "
+                      "placeholder. Write the answer itself after Final Answer:", (), thought=thought)
     return Reading(StepKind.FINAL_ANSWER, reply.rstrip(), thought=thought, answer=answer)
 
 
@@ -154,8 +165,14 @@ def _read_labelled_call(reply: str, visible: str, action, given, final, tools) -
     if inline:  # `Tool: X Tool Input: Y` on one line
         name_text, input_text = name_text[: inline.start()], name_text[inline.end():].strip()
     stripped = name_text.strip()
-    if stripped.startswith(("{", "```")) and input_text is None:
+    by_keys = _tool_by_parameters(stripped, tools) if stripped.startswith("{") else None
+    if stripped.startswith(("{", "```")) and input_text is None and by_keys is None:
         return _read_blob(reply[:end], stripped, tools, text=text)
+    if by_keys is not None:  # the arguments written on the Action line: the tool whose parameters they are
+        given = input_text and _with_arguments(Reading(StepKind.ACTION, text, action_input=input_text), by_keys)
+        chosen = input_text if given and given.kind == StepKind.ACTION else stripped
+        return _with_arguments(Reading(StepKind.ACTION, text, action=by_keys.name_for_model, action_input=chosen),
+                               by_keys)
     line = stripped.split("\n", 1)[0].strip()
     bracket = re.fullmatch(r"([^\[\]\n]*?)\s*\[(.*)\]\s*\.?", stripped, re.DOTALL)
     if bracket and bracket.group(1).strip() and input_text is None:  # the ReAct paper's one-line form: Search[Jay Chou], Finish[1979]
@@ -190,11 +207,27 @@ def _next_label_start(text: str, start: int) -> int:
     return m.start() if m else len(text)
 
 
+def _tool_by_parameters(text: str, tools):
+    """The one tool whose required parameters are exactly the keys of the JSON object `text`, or None."""
+    try:
+        keys = set(parse_object(text))
+    except (ActionInputError, NestedTooDeeply):
+        return None
+    fits = [t for t in tools if keys and keys == {p["name"] for p in getattr(t, "parameters", None) or []
+                                                  if p.get("required")}]
+    return fits[0] if len(fits) == 1 else None
+
+
 def _with_arguments(reading: Reading, tool) -> Reading:
     try:
         reading.arguments = read_arguments(reading.action_input or "", tool)
     except ActionInputError as e:
         reading.kind, reading.error = StepKind.BAD_INPUT, bad_input_message(tool, e)
+        return reading
+    copied = [k for k, v in (reading.arguments or {}).items() if isinstance(v, str) and v.strip() in ("...", "…")]
+    if copied:
+        reading.kind, reading.error = StepKind.BAD_INPUT, (
+            f"{', '.join(map(repr, copied))} was the example's placeholder \"...\": write the real value")
     return reading
 
 

@@ -1,0 +1,222 @@
+"""The agent keeps the model's own reasoning (issue 27): a long or unlabelled working is one step, a
+direct answer is a valid first step, an answer right after a failed call is sent back once, a reply
+that only reasons is asked its answer in the same step, and the prompt of a run still only grows."""
+from __future__ import annotations
+
+import pytest
+from conftest import ScriptedModel
+
+from tinyagent import Agent, BaseModel, tool
+from tinyagent.eval.scoring import VALID_KINDS
+from tinyagent.format.examples import examples_for
+from tinyagent.format.prompts import ANSWER_LEAD, FORCE_FINAL, RECHECK, THOUGHT_LEAD, build_system_prompt
+from tinyagent.format.reading import read_step
+from tinyagent.tools import Calculator
+
+CALC = 'Action: calculator\nAction Input: {"expression": "3 * 4 + 1"}'
+WORKING = "Thought: Ann has 3 bags of 4 apples, so 3 * 4 = 12.\nShe finds 1 more: 12 + 1 = 13.\nI will check it."
+
+
+def raw(replies, **kwargs):
+    """An agent over replies taken as written (no `Thought:` lead), and its model."""
+    model = ScriptedModel(replies)
+    return Agent(model, tools=[Calculator()], thought_first=False, **kwargs), model
+
+
+def test_a_long_multi_line_thought_is_one_step_and_its_call_runs():
+    agent, model = raw([WORKING + "\n" + CALC, "Thought: it is 13\nFinal Answer: 13"])
+    result = agent.run("How many apples?")
+    first = result.steps[0]
+    assert first.kind == "action" and first.observation == "13" and first.arguments == {"expression": "3 * 4 + 1"}
+    assert first.thought == WORKING[len("Thought: "):]  # all three lines, as one thought
+    assert result.answer == "13" and len(model.calls) == 2
+
+
+def test_working_before_the_first_label_is_the_steps_thought():
+    working = "First, 3 bags of 4 apples: 3 * 4 = 12.\nThen one more: 13."
+    agent, _ = raw([working + "\n" + CALC, "Final Answer: 13"])
+    first = agent.run("How many apples?").steps[0]
+    assert first.kind == "action" and first.thought == working and first.observation == "13"
+
+
+def test_a_direct_answer_is_a_valid_first_step_and_calls_no_tool():
+    ran = []
+
+    @tool
+    def lookup(query: str) -> str:
+        """Look something up."""
+        ran.append(query)
+        return "?"
+
+    model = ScriptedModel(["Thought: 2 + 2 is 4; no tool is needed.\nFinal Answer: 4"])
+    result = Agent(model, tools=[lookup], thought_first=False).run("What is 2 + 2?")
+    assert [s.kind for s in result.steps] == ["final_answer"] and result.steps[0].kind in VALID_KINDS
+    assert result.answer == "4" and result.stop_reason == "final_answer" and ran == [] and len(model.calls) == 1
+
+
+def test_an_answer_right_after_a_failed_call_is_sent_back_once_to_be_checked():
+    wrong = 'Action: weather\nAction Input: {"city": "Paris"}'
+    agent, model = raw([wrong, "Final Answer: 12", wrong, "Thought: 3 * 4 + 1 = 13\nFinal Answer: 13"])
+    result = agent.run("How many apples?")
+    assert [s.kind for s in result.steps] == ["unknown_tool", "recheck", "unknown_tool", "final_answer"]
+    assert result.steps[1].final_answer is None and result.steps[1].observation == RECHECK["en"]
+    assert result.steps[1].kind in VALID_KINDS  # the reply followed the format; it was only sent back
+    sent = model.calls[2]["messages"][-1]["content"]  # the third call sees its answer and the request
+    assert sent.endswith("Final Answer: 12\nObservation: " + RECHECK["en"] + "\n")
+    assert result.answer == "13" and result.finished  # only once: the second answer after a failure stands
+
+
+def test_the_recheck_is_skipped_on_the_last_turn_and_when_turned_off():
+    wrong = 'Action: weather\nAction Input: {"city": "Paris"}'
+    agent, _ = raw([wrong, "Final Answer: 12"], max_turns=2)
+    assert [s.kind for s in agent.run("?").steps] == ["unknown_tool", "final_answer"]
+    agent, _ = raw([wrong, "Final Answer: 12"], recheck=False)
+    assert [s.kind for s in agent.run("?").steps] == ["unknown_tool", "final_answer"]
+    agent, _ = raw([CALC, "Final Answer: 13"])  # a call that worked: its answer is taken at once
+    assert [s.kind for s in agent.run("?").steps] == ["action", "final_answer"]
+
+
+def test_the_turn_caps_answer_is_asked_from_the_whole_working():
+    agent, model = raw([WORKING + "\n" + CALC, " 13"], max_turns=1)
+    result = agent.run("How many apples?")
+    forced = model.calls[-1]["messages"][-1]["content"]
+    assert forced.endswith("Observation: 13\n" + FORCE_FINAL["en"]) and WORKING in forced
+    assert result.answer == "13" and result.stop_reason == "max_turns"
+    for lang, words in (("en", ("all my working", "every observation", "whole question")),
+                        ("zh", ("全部的解题过程", "每一个 Observation", "整个问题"))):
+        assert all(w in FORCE_FINAL[lang] for w in words) and FORCE_FINAL[lang].endswith("Final Answer:")
+
+
+def test_two_repeated_calls_in_a_row_ask_for_the_answer_at_once():
+    agent, model = raw([CALC, CALC, CALC, " 13"], max_turns=6)
+    result = agent.run("?")
+    assert [s.kind for s in result.steps] == ["action", "repeated_call", "repeated_call", "forced_answer"]
+    assert len(model.calls) == 4 and result.answer == "13"
+
+
+# --- the Thought: lead -------------------------------------------------------------------------
+
+class Continuing(BaseModel):
+    """Replies that continue the prompt as written (no adaptation to the lead), and every call seen."""
+
+    def __init__(self, replies):
+        self.replies, self.calls = list(replies), []
+
+    def generate(self, messages, stop=None, **kwargs):
+        self.calls.append([dict(m) for m in messages])
+        return self.replies.pop(0)
+
+
+def test_each_reply_is_begun_with_thought_so_the_model_reasons_first():
+    model = Continuing([" 3 * 4 = 12, plus 1 is 13. I will check.\n" + CALC, " It checks out.\nFinal Answer: 13"])
+    result = Agent(model, tools=[Calculator()]).run("How many apples?")
+    assert model.calls[0][-1] == {"role": "assistant", "content": THOUGHT_LEAD}
+    assert result.steps[0].text.startswith("Thought: 3 * 4 = 12") and result.steps[0].kind == "action"
+    assert model.calls[1][-1]["content"].endswith("Observation: 13\n" + THOUGHT_LEAD)
+    assert result.answer == "13" and result.steps[1].thought == "It checks out."
+
+
+def test_a_reply_that_only_reasons_is_asked_its_answer_in_the_same_step():
+    streamed = []
+    model = Continuing([" 3 * 4 = 12 and 12 + 1 = 13.\nSo Ann has 13 apples.", " 13"])
+    result = Agent(model, tools=[Calculator()], on_text=streamed.append).run("How many apples?")
+    (step,) = result.steps
+    assert step.kind == "answer_asked" and step.kind not in VALID_KINDS  # scored as a format slip
+    assert result.answer == "13" and result.stop_reason == "final_answer" and result.finished
+    asked = model.calls[1][-1]["content"]
+    assert asked == "Thought: 3 * 4 = 12 and 12 + 1 = 13.\nSo Ann has 13 apples." + ANSWER_LEAD
+    assert step.text == asked + " 13" and result.generate_calls == 2
+    assert "".join(streamed).startswith(THOUGHT_LEAD) and ANSWER_LEAD in "".join(streamed)
+
+
+def test_no_lead_when_constrained_or_in_the_tools_protocol():
+    agent = Agent(ScriptedModel([]), tools=[Calculator()], protocol="tools")
+    assert agent.protocol.lead == ""
+    assert Agent(ScriptedModel([]), tools=[Calculator()]).protocol.lead == THOUGHT_LEAD
+
+
+@pytest.mark.parametrize("question", ["Ann has 3 bags of 4 apples and finds one more. How many?",
+                                      "小明有3袋苹果，每袋4个，又捡到1个。一共有几个？"])
+def test_the_prompt_only_grows_on_a_real_chat_template(tiny_llama_dir, question):
+    from tinyagent.models import HFChatModel
+
+    real = HFChatModel(str(tiny_llama_dir), dtype="float32", max_batch=1)
+
+    class Tokens(Continuing):
+        """Continuing, and the real template's token ids of each prompt."""
+
+        ids: list[list[int]] = []
+
+        def generate(self, messages, stop=None, **kwargs):
+            self.ids.append(real.encode_prompt(real.render_prompt(messages)))
+            return super().generate(messages, stop, **kwargs)
+
+    wrong = '\nAction: weather\nAction Input: {"city": "x"}'
+    model = Tokens([" 3 * 4 = 12." + wrong, "\nFinal Answer: 12", " 3 * 4 + 1 = 13\n" + CALC, " done.", " 13"])
+    result = Agent(model, tools=[Calculator()], max_turns=4).run(question)
+    assert [s.kind for s in result.steps] == ["unknown_tool", "recheck", "action", "answer_asked"]
+    for before, after in zip(model.ids, model.ids[1:]):
+        assert after[: len(before)] == before  # each prompt extends the last, token for token
+
+
+# --- the prompts, in full ------------------------------------------------------------------------
+
+MUST_SAY = {
+    "en": ["You have access to these tools:", "calculator: Call this tool", "Question:", "Thought:",
+           "on as many lines as you need", "Action: the tool to call, exactly one of [calculator]", "Action Input:",
+           "Observation:", "Final Answer:", "check a step of your working", "not the whole question",
+           "never write an Observation yourself", "write your working as the Thought and then the Final Answer "
+           "directly", "Begin!"],
+    "zh": ["你可以使用以下工具：", "calculator: 调用此工具", "Question:", "Thought:", "需要几行就写几行",
+           "Action: 要调用的工具，必须是 [calculator] 之一", "Action Input:", "Observation:", "Final Answer:",
+           "核对解题中的某一步", "而不是整个问题", "不要自己编写 Observation", "把解题过程写在 Thought 中，然后直接给出 Final Answer",
+           "开始！"],
+}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_react_prompt_says_what_it_must_in_each_language(lang):
+    prompt = build_system_prompt([Calculator()], lang)
+    missing = [words for words in MUST_SAY[lang] if words not in prompt]
+    assert not missing, missing
+    labels = [prompt.index(f"\n{label}:") for label in ("Question", "Thought", "Action", "Action Input",
+                                                         "Observation", "Final Answer")]
+    assert labels == sorted(labels)  # the format's lines in the order a run writes them
+    assert prompt.endswith(MUST_SAY[lang][-1]) and "RECHECK" not in prompt
+    assert RECHECK[lang] and ("Thought" in RECHECK[lang] and "Final Answer" in RECHECK[lang])
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_multi_step_examples_check_each_step_with_the_tool(lang):
+    shown = examples_for(["calculator"], lang)
+    multi = [e for e in shown if len(e["steps"]) > 1 or "\n" in e["steps"][0]["thought"]]
+    assert len(multi) == 2  # one long working checked at once, one question worked in two calls
+    for example in multi:
+        for step in example["steps"]:
+            assert str(Calculator()(**step["action_input"])) == step["observation"]
+    assert "\n" in multi[0]["steps"][0]["thought"] and len(multi[1]["steps"]) == 2
+
+
+# --- what the reader makes of copied placeholders ---------------------------------------------------
+
+@pytest.mark.parametrize("reply,kind,action,arguments", [
+    ('Thought: x\nAction: {"expression": "1/4 + 1/2"}\nAction Input: {"expression": "..."}', "action",
+     "calculator", {"expression": "1/4 + 1/2"}),
+    ('Thought: x\nAction: {"expression": "2 + 2"}', "action", "calculator", {"expression": "2 + 2"}),
+    ('Thought: x\nAction: {"expression": "2 + 2"}\nAction Input: {"expression": "3 * 3"}', "action", "calculator",
+     {"expression": "3 * 3"}),
+    ('Action: {"city": "Paris"}\nAction Input: {"city": "Paris"}', "unknown_tool", None, None),
+    ('Action: calculator\nAction Input: {"expression": "..."}', "bad_input", "calculator", None),
+    ("Thought: I now know the final answer\nFinal Answer: <the answer>", "malformed", None, None),
+    ("Final Answer: <your answer>", "malformed", None, None),
+    ("Final Answer: 42 apples", "final_answer", None, None),
+])
+def test_the_arguments_on_the_action_line_and_copied_placeholders(reply, kind, action, arguments):
+    reading = read_step(reply, [Calculator()])
+    assert reading.kind == kind
+    if kind in ("action", "bad_input"):
+        assert reading.action == action
+    if arguments is not None:
+        assert reading.arguments == arguments
+    if kind == "malformed":
+        assert "placeholder" in reading.error

@@ -1,0 +1,112 @@
+"""How the agent acts on one reply (a mixin of `Agent`, kept apart so loop.py reads as the loop): the
+reply read by the protocol, one step per call, each call resolved, validated, guarded, run through
+the hooks, and its output shaped into the observation the model reads next; format errors answered
+with what to write instead.
+"""
+from __future__ import annotations
+
+from ..format.arguments import bad_input_message
+from ..format.kinds import StepKind
+from ..format.messages import Message
+from ..format.reading import Reading
+from ..models.base import usage_of
+from ..tools.base import Tool
+from . import context, observations, tool_calls
+from .approval import Approver
+from .hooks import ToolCall
+from .results import AgentResult, Generation, Step
+
+
+class Acting:
+    """`Agent`'s steps from a reply. Uses the Agent's tools, protocol, hooks and settings, and its
+    `_call_model` (for distilling)."""
+
+    def _turn(self, turn: int, generation: Generation, result: AgentResult, lang: str) -> list[Step]:
+        """Read one reply and act on it: one step per tool call (the first with the call's counts).
+        Several calls run together (`tool_calls.run_together`), unless an approver asks about each."""
+        readings = self.protocol.read(generation.reply, self.tools.values(), lang)
+        steps = [Step.of(len(result.steps) + i, r) for i, r in enumerate(readings)]
+        calls = []
+        for i, (step, reading) in enumerate(zip(steps, readings)):
+            step.turn = turn if len(steps) > 1 else None
+            tool = self._act(step, reading, lang, result, steps[:i])
+            if tool is not None:
+                calls.append((step, tool))
+        asks = any(isinstance(h, Approver) for h in self.hooks)
+        tool_calls.run_together(calls, lambda step, tool: self._run_tool(step, tool, lang, result), together=not asks)
+        generation.into(steps[0])
+        return steps
+
+    def _step_of(self, index: int, reading: Reading, lang: str, result: AgentResult | None) -> Step:
+        """The step of one reading, acted on: its call run, or its answer or error observation."""
+        step = Step.of(index, reading)
+        tool = self._act(step, reading, lang, result)
+        return step if tool is None else self._run_tool(step, tool, lang, result)
+
+    def _act(self, step: Step, reading: Reading, lang: str, result: AgentResult | None,
+             earlier: list[Step] = ()) -> Tool | None:
+        """Fill in the step of a reading: a final answer, an error observation, or a call ready to run
+        (its tool is returned; `result` is None outside a run)."""
+        if reading.kind in (StepKind.FINAL_ANSWER, StepKind.NO_ACTION):
+            step.final_answer = reading.answer
+            return None
+        if reading.kind == StepKind.ACTION:
+            return self._prepare_call(step, result, earlier)
+        self._format_error(step, reading.kind, reading.error, result)
+        return None
+
+    def _format_error(self, step: Step, kind: StepKind, message: str, result: AgentResult | None) -> Step:
+        """An error observation; the same mistake twice in a row also gets a complete worked step."""
+        step.kind, step.error = kind, message
+        last = result.steps[-1] if result is not None and result.steps else None
+        repeated = last is not None and last.kind == kind and last.error == message and self.tools
+        worked = (self.tools.get(step.action or "") or next(iter(self.tools.values()))) if repeated else None
+        step.observation = self.protocol.error_observation(message, worked)
+        return step
+
+    def _prepare_call(self, step: Step, result: AgentResult | None, earlier: list[Step] = ()) -> Tool | None:
+        """Resolve, validate and guard the step's call: its tool when it is to run, else None (the step
+        then holds the error observation). `earlier`: the steps before it of the same reply."""
+        tool = tool_calls.resolve(step, self.tools)
+        try:
+            step.arguments = tool_calls.validate(tool, step)
+        except tool_calls.BAD_ARGUMENTS as e:
+            step.arguments = None
+            self._format_error(step, StepKind.BAD_INPUT, bad_input_message(tool, e), result)
+            return None
+        same = None if tool.repeatable or result is None else tool_calls.earlier_call(step, [*result.steps, *earlier])
+        if same is not None:
+            step.kind, step.error = StepKind.REPEATED_CALL, "repeated call"
+            step.observation = self.protocol.repeated_call(step, same, result.lang)
+            return None
+        return tool
+
+    def _run_tool(self, step: Step, tool: Tool, lang: str, result: AgentResult | None) -> Step:
+        """Invoke a prepared call through the tool hooks and shape its output into the step's observation."""
+        raw = tool_calls.settle(step, tool_calls.call(ToolCall(self._run, step, tool, step.arguments), self.hooks,
+                                                      self.tool_timeout), lang)
+        if raw is not None:
+            step.observation = self._observation_text(raw, lang, step.thought, result)
+            step.raw_observation = raw if step.observation != raw else None
+        return step
+
+    def _observation_text(self, raw: str, lang: str, thought: str, result: AgentResult | None) -> str:
+        """Tool output as it enters the prompt (`observations.shaped`), distilled when it is long and
+        `distill_observations` is on."""
+        def distill(text: str) -> str:
+            if not self.distill_observations or len(text) <= self.distill_threshold:
+                return text
+            question = result.question if result is not None else ""
+            budget = context.prompt_budget(self.model, self.generate_kwargs)
+            return observations.distilled(text, lang, question, thought, lambda m: self._ask(m, result),
+                                          self.model.count_tokens, budget)
+
+        return observations.shaped(raw, lang, getattr(self.model, "control_tokens", ()), self.max_observation_chars,
+                                   distill)
+
+    def _ask(self, messages: list[Message], result: AgentResult | None) -> str:
+        """A model call outside the scratchpad (distilling), counted in the run's usage."""
+        reply = self._call_model(messages, "distill", result, **self.generate_kwargs).reply
+        if result is not None:
+            result.add_usage(usage_of(reply))
+        return str(reply)
