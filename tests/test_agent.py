@@ -35,15 +35,15 @@ def test_prompt_is_append_only_scratchpad(scripted):
                       "Final Answer: 1025"])
     Agent(model, tools=[Calculator()]).run("2**10 + 1?")
     first, second, third = (c["messages"] for c in model.calls)
-    assert [m["role"] for m in first] == ["system", "user", "assistant"] and first[2]["content"] == "Thought:"
-    assert second[:2] == first[:2] and second[2]["role"] == "assistant"
-    assert second[2]["content"] == CALL_2_10 + "\nObservation: 1024\nThought:"  # each reply begun with Thought:
-    assert third[:2] == first[:2] and third[2]["content"].startswith(second[2]["content"])
-    assert third[2]["content"].endswith("Observation: 1025\nThought:")
-    raw = scripted([CALL_2_10, "Final Answer: 1024"])  # without the lead, the scratchpad is the replies alone
-    Agent(raw, tools=[Calculator()], thought_first=False).run("2**10?")
-    assert [m["role"] for m in raw.calls[0]["messages"]] == ["system", "user"]
-    assert raw.calls[1]["messages"][2]["content"] == CALL_2_10 + "\nObservation: 1024\n"
+    assert [m["role"] for m in first] == ["system", "user"]
+    assert second[:2] == first and second[2]["role"] == "assistant"
+    assert second[2]["content"] == CALL_2_10 + "\nObservation: 1024\n"
+    assert third[:2] == first and third[2]["content"].startswith(second[2]["content"])
+    assert third[2]["content"].endswith("Observation: 1025\n")
+    led = scripted([CALL_2_10, "Final Answer: 1024"])  # with the Thought: lead, each reply is begun with it
+    Agent(led, tools=[Calculator()], thought_first=True).run("2**10?")
+    assert led.calls[0]["messages"][2] == {"role": "assistant", "content": "Thought:"}
+    assert led.calls[1]["messages"][2]["content"] == CALL_2_10 + "\nObservation: 1024\nThought:"
 
 
 def test_hallucinated_observation_is_cut_and_first_action_runs(scripted):
@@ -214,12 +214,12 @@ def test_chat_keeps_history_and_reset_clears_it(scripted):
     agent.chat("Which year was Jay Chou born?")
     agent.chat("What was his first album?")
     messages = model.calls[1]["messages"]
-    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
     assert messages[1]["content"] == "Which year was Jay Chou born?" and messages[2]["content"] == "1979"
     assert agent.history == [("Which year was Jay Chou born?", "1979"), ("What was his first album?", "Jay (2000)")]
     agent.reset()
     agent.chat("new")
-    assert [m["role"] for m in model.calls[2]["messages"]] == ["system", "user", "assistant"]
+    assert [m["role"] for m in model.calls[2]["messages"]] == ["system", "user"]
 
 
 def test_text_completion_keeps_tinyagent_shape(scripted):

@@ -37,8 +37,8 @@ def test_defaults_are_the_embedded_model_with_all_tools():
     assert cfg.generation_kwargs() == {"max_new_tokens": 512, "temperature": 0.0, "top_p": 1.0}
     assert cfg.agent.agent_kwargs() == {"lang": "auto", "max_turns": 5, "max_observation_chars": 4000,
                                         "llm_fallback": False, "distill_observations": False, "constrained": True,
-                                        "protocol": "react", "examples": False, "recheck": True,
-                                        "thought_first": True}
+                                        "protocol": "react", "examples": False, "recheck": "failed",
+                                        "thought_first": False}
 
 
 def test_default_yaml_matches_the_built_in_defaults():

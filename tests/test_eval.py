@@ -168,6 +168,8 @@ def test_make_gsm8k_takes_the_first_n_in_order(tmp_path):
     assert items == [{"id": f"gsm8k-test-000{i}", "question": f"Q{i}", "answer": i * 1000} for i in range(3)]
     with pytest.raises(ValueError, match="only 5 problems"):
         load_make_gsm8k().main(["--source", str(source), "--n", "9", "--out", str(out)])
+    assert load_make_gsm8k().main(["--source", str(source), "--skip", "3", "--n", "2", "--out", str(out)]) == 0
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["gsm8k-test-0003", "gsm8k-test-0004"]
 
 
 # --- evaluate with scripted agents ----------------------------------------------------------------

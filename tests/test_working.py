@@ -9,7 +9,14 @@ from conftest import ScriptedModel
 from tinyagent import Agent, BaseModel, tool
 from tinyagent.eval.scoring import VALID_KINDS
 from tinyagent.format.examples import examples_for
-from tinyagent.format.prompts import ANSWER_LEAD, FORCE_FINAL, RECHECK, THOUGHT_LEAD, build_system_prompt
+from tinyagent.format.prompts import (
+    ANSWER_LEAD,
+    FORCE_FINAL,
+    RECHECK,
+    RECHECK_RESULT,
+    THOUGHT_LEAD,
+    build_system_prompt,
+)
 from tinyagent.format.reading import read_step
 from tinyagent.tools import Calculator
 
@@ -109,7 +116,7 @@ class Continuing(BaseModel):
 
 def test_each_reply_is_begun_with_thought_so_the_model_reasons_first():
     model = Continuing([" 3 * 4 = 12, plus 1 is 13. I will check.\n" + CALC, " It checks out.\nFinal Answer: 13"])
-    result = Agent(model, tools=[Calculator()]).run("How many apples?")
+    result = Agent(model, tools=[Calculator()], thought_first=True).run("How many apples?")
     assert model.calls[0][-1] == {"role": "assistant", "content": THOUGHT_LEAD}
     assert result.steps[0].text.startswith("Thought: 3 * 4 = 12") and result.steps[0].kind == "action"
     assert model.calls[1][-1]["content"].endswith("Observation: 13\n" + THOUGHT_LEAD)
@@ -119,7 +126,7 @@ def test_each_reply_is_begun_with_thought_so_the_model_reasons_first():
 def test_a_reply_that_only_reasons_is_asked_its_answer_in_the_same_step():
     streamed = []
     model = Continuing([" 3 * 4 = 12 and 12 + 1 = 13.\nSo Ann has 13 apples.", " 13"])
-    result = Agent(model, tools=[Calculator()], on_text=streamed.append).run("How many apples?")
+    result = Agent(model, tools=[Calculator()], on_text=streamed.append, thought_first=True).run("How many apples?")
     (step,) = result.steps
     assert step.kind == "answer_asked" and step.kind not in VALID_KINDS  # scored as a format slip
     assert result.answer == "13" and result.stop_reason == "final_answer" and result.finished
@@ -130,9 +137,12 @@ def test_a_reply_that_only_reasons_is_asked_its_answer_in_the_same_step():
 
 
 def test_no_lead_when_constrained_or_in_the_tools_protocol():
-    agent = Agent(ScriptedModel([]), tools=[Calculator()], protocol="tools")
+    agent = Agent(ScriptedModel([]), tools=[Calculator()], protocol="tools", thought_first=True)
     assert agent.protocol.lead == ""
     assert Agent(ScriptedModel([]), tools=[Calculator()]).protocol.lead == THOUGHT_LEAD
+    model = ScriptedModel(["Final Answer: 4"])  # off by default: measured, the lead cost right answers
+    Agent(model, tools=[Calculator()]).run("2 + 2?")
+    assert model.calls[0]["messages"][-1]["role"] == "user"
 
 
 @pytest.mark.parametrize("question", ["Ann has 3 bags of 4 apples and finds one more. How many?",
@@ -153,7 +163,7 @@ def test_the_prompt_only_grows_on_a_real_chat_template(tiny_llama_dir, question)
 
     wrong = '\nAction: weather\nAction Input: {"city": "x"}'
     model = Tokens([" 3 * 4 = 12." + wrong, "\nFinal Answer: 12", " 3 * 4 + 1 = 13\n" + CALC, " done.", " 13"])
-    result = Agent(model, tools=[Calculator()], max_turns=4).run(question)
+    result = Agent(model, tools=[Calculator()], max_turns=4, thought_first=True).run(question)
     assert [s.kind for s in result.steps] == ["unknown_tool", "recheck", "action", "answer_asked"]
     for before, after in zip(model.ids, model.ids[1:]):
         assert after[: len(before)] == before  # each prompt extends the last, token for token
@@ -220,3 +230,17 @@ def test_the_arguments_on_the_action_line_and_copied_placeholders(reply, kind, a
         assert reading.arguments == arguments
     if kind == "malformed":
         assert "placeholder" in reading.error
+
+
+def test_an_answer_that_only_repeats_the_last_result_is_sent_back_with_recheck_results():
+    first = 'Thought: 3 bags of 4\nAction: calculator\nAction Input: {"expression": "3 * 4"}'
+    agent, model = raw([first, "Final Answer: 12", CALC, "Final Answer: 13"], recheck="results")
+    result = agent.run("Ann has 3 bags of 4 apples and finds one more. How many?")
+    assert [s.kind for s in result.steps] == ["action", "recheck", "action", "final_answer"]
+    assert result.steps[1].observation == RECHECK_RESULT["en"].format(result="12") and result.answer == "13"
+    agent, _ = raw([first, "Final Answer: 12"])  # the default checks only answers after a failed call
+    assert [s.kind for s in agent.run("?").steps] == ["action", "final_answer"]
+    agent, _ = raw([first, "Final Answer: about a dozen"], recheck="results")  # not the result: taken
+    assert [s.kind for s in agent.run("?").steps] == ["action", "final_answer"]
+    with pytest.raises(ValueError, match="recheck must be one of off, failed, results"):
+        Agent(ScriptedModel([]), recheck="always")

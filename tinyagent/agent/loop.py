@@ -27,6 +27,8 @@ from .hooks import HookFailed, Hooks, ModelCall, Run, around, guarded, notify
 from .protocols import protocol_for
 from .results import AgentResult, Generation, Step, StopReason
 
+#: Answers sent back once to be checked: none; right after a failed call; also one repeating the last result.
+RECHECKS = ("off", "failed", "results")
 STUCK_REPEATS = 2  # repeated calls in a row after which the turn cap's answer is asked at once
 ASKED_NOTE = "the reply only reasoned: its Final Answer was asked for in the same step"
 
@@ -70,8 +72,8 @@ class Agent(Acting, TutorialAgent):
         approve: Approver | Ask | None = None,
         hooks: list[Hooks] | None = None,
         protocol: str = "react",
-        recheck: bool = True,
-        thought_first: bool = True,
+        recheck: bool | str = True,
+        thought_first: bool = False,
         **generate_kwargs,
     ):
         if lang not in ("auto", "en", "zh"):
@@ -93,6 +95,9 @@ class Agent(Acting, TutorialAgent):
         self.lang, self.max_turns, self.system_prompt, self.examples = lang, max_turns, system_prompt, examples
         self.max_observation_chars = max_observation_chars
         self.distill_observations, self.distill_threshold = distill_observations, distill_threshold
+        recheck = {True: "failed", False: "off"}.get(recheck, recheck) if isinstance(recheck, bool) else recheck
+        if recheck not in RECHECKS:
+            raise ValueError(f"recheck must be one of {', '.join(RECHECKS)} (or True / False), not {recheck!r}")
         self.constrained, self.tool_timeout, self.recheck = constrained, tool_timeout, recheck
         self.thought_first = thought_first
         self.on_step, self.on_text = on_step, on_text
@@ -187,9 +192,9 @@ class Agent(Acting, TutorialAgent):
             for step in self._turn(turn, generation, result, lang):
                 if step.final_answer is not None and ASKED_NOTE in step.notes:
                     step.kind = StepKind.ANSWER_ASKED
-                if step.final_answer is not None and self._sends_back(step, result, turn):
-                    step.kind, step.final_answer = StepKind.RECHECK, None
-                    step.observation = prompts.RECHECK[lang]
+                check = self._recheck_of(step, result, turn, lang) if step.final_answer is not None else None
+                if check is not None:
+                    step.kind, step.final_answer, step.observation = StepKind.RECHECK, None, check
                 self._record(result, step)
                 if step.final_answer is not None:
                     result.answer = step.final_answer
@@ -228,11 +233,21 @@ class Agent(Acting, TutorialAgent):
         return Generation(f"{asked} {answer}", usage, generation.seconds + more.seconds,
                           [*generation.notes, *more.notes, ASKED_NOTE])
 
-    def _sends_back(self, step: Step, result: AgentResult, turn: int) -> bool:
-        """Whether an answer is sent back once to be checked: it came right after a failed call (which
-        gave nothing to answer from), in ReAct, with a turn left, and no answer was sent back before."""
-        return (self.recheck and self.protocol.rechecks and turn + 1 < self.max_turns and bool(result.steps)
-                and result.steps[-1].kind in FAILED_CALLS and all(s.kind != StepKind.RECHECK for s in result.steps))
+    def _recheck_of(self, step: Step, result: AgentResult, turn: int, lang: str) -> str | None:
+        """The observation that sends an answer back once to be checked, or None to take it: an answer right
+        after a failed call (which gave nothing to answer from); with `recheck="results"`, also one that only
+        repeats the last tool result (which may answer one step, not the question). ReAct only, a turn left."""
+        if not (self.recheck != "off" and self.protocol.rechecks and turn + 1 < self.max_turns and result.steps) or any(
+                s.kind == StepKind.RECHECK for s in result.steps):
+            return None
+        last = result.steps[-1]
+        if last.kind in FAILED_CALLS:
+            return prompts.RECHECK[lang]
+        shown = (last.observation or "").strip()
+        if self.recheck == "results" and last.kind == StepKind.ACTION and 0 < len(shown) <= 40 \
+                and shown in step.final_answer:
+            return prompts.RECHECK_RESULT[lang].format(result=shown)
+        return None
 
     def _no_reply(self, result: AgentResult, kind: StepKind, error: str, notes: list | None = None) -> StopReason:
         """Record why a run got no reply (its steps so far are kept): the step, and the run's error."""

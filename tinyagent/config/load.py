@@ -14,6 +14,7 @@ import typing
 from pathlib import Path
 
 from ..agent import telemetry
+from ..agent.loop import RECHECKS
 from ..agent.protocols import PROTOCOLS
 from ..engine.llama_runtime import INSTALL_HINT as LLAMACPP_HINT
 from ..engine.llama_runtime import llamacpp_available
@@ -162,7 +163,7 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
     choices = {"model.backend": (m.backend, BACKENDS), "model.dtype": (m.dtype, DTYPES),
                "model.runtime": (m.runtime, RUNTIMES),
                "model.scratchpad": (m.scratchpad, SCRATCHPAD_MODES), "agent.lang": (a.lang, LANGS),
-               "agent.protocol": (a.protocol, PROTOCOLS),
+               "agent.protocol": (a.protocol, PROTOCOLS), "agent.recheck": (a.recheck, RECHECKS),
                "model.guided_decoding": (m.guided_decoding, (None, *GUIDED_DECODING_FIELDS)),
                "agent.approve_mcp": (a.approve_mcp, APPROVALS),
                **{f"agent.approve.{name}": (value, APPROVALS) for name, value in a.approve.items()}}

@@ -63,8 +63,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                    help="worked examples for the tools in the system prompt (default: the config's)")
     p.add_argument("--thought-first", action=argparse.BooleanOptionalAction,
                    help="begin each ReAct reply with Thought: (default: the config's)")
-    p.add_argument("--recheck", action=argparse.BooleanOptionalAction,
-                   help="send an answer right after a failed call back once to be checked (default: the config's)")
+    p.add_argument("--recheck", choices=["off", "failed", "results"],
+                   help="answers sent back once to be checked: off, failed (right after a failed call), results "
+                        "(also one that only repeats the last tool result); default: the config's")
     p.add_argument("--concurrency", type=int, help="parallel questions (default 4 for the openai backend, 8 for "
                                                    "local models, which decode them in one batch)")
     p.add_argument("--limit", type=int, help="only the first N questions")

@@ -18,7 +18,7 @@ from pathlib import Path
 from .. import config
 from ..engine.gguf_cache import cache_root
 from ..format.direct import DIRECT_PROMPT
-from ..format.prompts import FORCE_FINAL, RECHECK, REACT_PROMPT, THOUGHT_LEAD
+from ..format.prompts import FORCE_FINAL, REACT_PROMPT, RECHECK, THOUGHT_LEAD
 from ..models.embedded import embedded_gguf_path
 from ..secrets import redact
 from ..version import __version__

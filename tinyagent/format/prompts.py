@@ -93,6 +93,16 @@ RECHECK = {
           "Thought 把整个问题推算出来，再写 Final Answer（或调用工具核对某一步）。",
 }
 
+# The observation after a Final Answer that only repeats the last tool result (`Agent(recheck="results")`):
+# that result may answer one step of the question, not all of it.
+RECHECK_RESULT = {
+    "en": "the tool gave {result}. Before you answer: is {result} the answer to the "
+          "whole question, or only one step of it? Write a Thought that works out the whole question, then the "
+          "Final Answer (or call a tool to check a step).",
+    "zh": "工具给出了 {result}。回答之前请确认：{result} 是整个问题的答案，还是其中一步的结果？先写一个 "
+          "Thought 把整个问题推算出来，再写 Final Answer（或调用工具核对某一步）。",
+}
+
 # Observation distillation: condense a long tool result to what the current thought needs.
 DISTILL_PROMPT = {
     "en": "Condense the tool result below to the facts that help answer the question. Keep names, "
