@@ -83,7 +83,7 @@ def test_reply_without_action_is_the_final_answer(scripted):
 
 def test_thought_only_reply_is_a_format_error_then_the_answer_is_taken(scripted):
     model = scripted(["Thought: Paris is the capital of France.", "Thought: ok\nFinal Answer: Paris"])
-    result = Agent(model, thought_first=False).run("Capital of France?")  # with the lead: test_working.py
+    result = Agent(model, ask_answer=False).run("Capital of France?")  # asked in the same step: test_working.py
     first = result.steps[0]
     assert first.kind == "malformed" and first.final_answer is None and "no Action and no Final Answer" in first.error
     assert "Final Answer:" in model.calls[1]["messages"][-1]["content"].split("Observation: Error:")[1]

@@ -37,7 +37,7 @@ def test_defaults_are_the_embedded_model_with_all_tools():
     assert cfg.generation_kwargs() == {"max_new_tokens": 512, "temperature": 0.0, "top_p": 1.0}
     assert cfg.agent.agent_kwargs() == {"lang": "auto", "max_turns": 5, "max_observation_chars": 4000,
                                         "llm_fallback": False, "distill_observations": False, "constrained": True,
-                                        "protocol": "react", "examples": False, "recheck": "failed",
+                                        "protocol": "react", "examples": False, "recheck": "failed", "ask_answer": True,
                                         "thought_first": False}
 
 

@@ -50,8 +50,8 @@ def first_step(reply: str):
     from conftest import ScriptedModel
 
     model = ScriptedModel(model_replies)
-    # the reply as written (no Thought: lead), and its answer taken as it comes (no re-check)
-    result = Agent(model, tools=TOOLS, max_turns=3, thought_first=False, recheck=False).run("a question")
+    # the reply as written: its answer taken as it comes (no re-check), a thought-only reply an error
+    result = Agent(model, tools=TOOLS, max_turns=3, recheck=False, ask_answer=False).run("a question")
     return result, result.steps[0], model
 
 

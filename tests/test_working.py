@@ -244,3 +244,14 @@ def test_an_answer_that_only_repeats_the_last_result_is_sent_back_with_recheck_r
     assert [s.kind for s in agent.run("?").steps] == ["action", "final_answer"]
     with pytest.raises(ValueError, match="recheck must be one of off, failed, results"):
         Agent(ScriptedModel([]), recheck="always")
+
+
+def test_a_thought_only_reply_is_asked_its_answer_without_the_lead_too():
+    agent, model = raw(["Thought: 3 * 4 = 12 and one more is 13.", " 13"])
+    result = agent.run("How many apples?")
+    assert [s.kind for s in result.steps] == ["answer_asked"] and result.answer == "13"
+    assert model.calls[1]["messages"][-1]["content"] == "Thought: 3 * 4 = 12 and one more is 13." + ANSWER_LEAD
+    agent, _ = raw(["Thought: 3 * 4 = 12 and one more is 13.", "Final Answer: 13"], ask_answer=False)
+    assert [s.kind for s in agent.run("?").steps] == ["malformed", "final_answer"]  # an error turn instead
+    agent, model = raw(["你好！有什么可以帮你的吗？"])  # no labels at all: chit-chat, the answer as it is
+    assert agent.run("你好").stop_reason == "no_action" and len(model.calls) == 1

@@ -74,6 +74,7 @@ class Agent(Acting, TutorialAgent):
         protocol: str = "react",
         recheck: bool | str = True,
         thought_first: bool = False,
+        ask_answer: bool = True,
         **generate_kwargs,
     ):
         if lang not in ("auto", "en", "zh"):
@@ -99,7 +100,7 @@ class Agent(Acting, TutorialAgent):
         if recheck not in RECHECKS:
             raise ValueError(f"recheck must be one of {', '.join(RECHECKS)} (or True / False), not {recheck!r}")
         self.constrained, self.tool_timeout, self.recheck = constrained, tool_timeout, recheck
-        self.thought_first = thought_first
+        self.thought_first, self.ask_answer = thought_first, ask_answer
         self.on_step, self.on_text = on_step, on_text
         self.hooks: list[Hooks] = ([as_approver(approve)] if approve is not None else []) + list(hooks or [])
         self.generate_kwargs = generate_kwargs
@@ -187,7 +188,7 @@ class Agent(Acting, TutorialAgent):
                 return StopReason.STOPPED
             lead = self.protocol.lead if self.thought_first and not self.constrained else ""
             generation = self._generate(messages, result, lead=lead)
-            if lead:
+            if self.ask_answer and self.protocol.rechecks and not self.constrained:
                 generation = self._answer_if_thought_only(messages, result, generation, lang)
             for step in self._turn(turn, generation, result, lang):
                 if step.final_answer is not None and ASKED_NOTE in step.notes:

@@ -80,6 +80,7 @@ class AgentConfig:
     examples: bool = False               # worked examples for the agent's tools in the system prompt (few-shot)
     recheck: str = "failed"              # answers sent back once to be checked: off | failed (right after a failed
                                          # call) | results (also one that only repeats the last tool result)
+    ask_answer: bool = True              # a ReAct reply that only reasons is asked its Final Answer in the same step
     thought_first: bool = False          # ReAct replies begin with `Thought:` (one that only reasons is asked its
                                          # answer); off: measured, it cost the 0.5B model half its right answers
     approve: dict[str, str] = field(default_factory=dict)  # {tool_name: ask | always | never} before each call

@@ -30,9 +30,9 @@ GIT_TIMEOUT = 5.0  # seconds for `git rev-parse`, which should take milliseconds
 
 #: The settings whose difference `compare` points out, as dotted keys of `run` (the suite is checked apart).
 COMPARED = ("model", "model_sha256", "backend", "dtype", "protocol", "constrained", "tools", "max_turns", "examples",
-            "thought_first", "recheck", "lang", "generation", "prompts_sha256", "version", "commit")
+            "thought_first", "ask_answer", "recheck", "lang", "generation", "prompts_sha256", "version", "commit")
 #: No bearing on the direct baseline.
-AGENT_SETTINGS = ("protocol", "constrained", "tools", "max_turns", "examples", "thought_first", "recheck")
+AGENT_SETTINGS = ("protocol", "constrained", "tools", "max_turns", "examples", "thought_first", "ask_answer", "recheck")
 
 
 def file_sha256(path: Path) -> str:
@@ -131,7 +131,8 @@ def provenance(cfg: config.Config, suite: str | Path, command: str, baseline: st
         "model": model, "model_sha256": model_checksum(cfg), "backend": m.backend, "base_url": m.base_url,
         "device": m.device, "dtype": m.dtype, "protocol": cfg.agent.protocol,
         "constrained": bool(cfg.agent.constrained), "tools": config.select_tools(cfg)[0], "max_turns": cfg.agent.max_turns,
-        "examples": cfg.agent.examples, "thought_first": cfg.agent.thought_first, "recheck": cfg.agent.recheck,
+        "examples": cfg.agent.examples, "thought_first": cfg.agent.thought_first,
+        "ask_answer": cfg.agent.ask_answer, "recheck": cfg.agent.recheck,
         "lang": cfg.agent.lang,
         "generation": cfg.generation_kwargs(), "baseline": baseline, "concurrency": concurrency,
         "prompts_sha256": prompts_checksum(), "version": __version__, "commit": git_commit(),
