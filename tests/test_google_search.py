@@ -171,7 +171,7 @@ def test_failures_become_observations_in_an_agent(serper, scripted):
 
     serper.plan = [(500, {})]
     model = scripted(['Action: google_search\nAction Input: {"search_query": "Jay Chou"}',
-                      "Final Answer: I could not search."])
+                      "Final Answer: I could not search.", "Final Answer: I could not search."])  # re-checked once
     result = Agent(model, tools=[search_tool(serper, max_retries=1)]).run("Jay Chou?")
     assert result.finished
     assert result.steps[0].observation.startswith("Error: Google search failed")

@@ -222,9 +222,10 @@ def test_a_server_killed_mid_run_is_an_error_observation_and_the_run_ends_normal
             'Thought: Echo.\nAction: echo\nAction Input: {"text": "one"}',
             'Thought: Again.\nAction: echo\nAction Input: {"text": "two"}',
             "Thought: I now know the final answer\nFinal Answer: one",
+            "Thought: the first echo gave one\nFinal Answer: one",
         ], pid=pid, at=1)
         result = Agent(model, server.tools).run("Echo twice")
-    assert [s.kind for s in result.steps] == ["action", "tool_error", "final_answer"]
+    assert [s.kind for s in result.steps] == ["action", "tool_error", "recheck", "final_answer"]
     assert result.steps[0].observation == "one"
     assert "echo failed: Connection closed" in result.steps[1].observation
     assert result.finished and result.answer == "one"
