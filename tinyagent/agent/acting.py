@@ -5,16 +5,19 @@ with what to write instead.
 """
 from __future__ import annotations
 
+from ..format import prompts
 from ..format.arguments import bad_input_message
-from ..format.kinds import StepKind
+from ..format.kinds import FAILED_CALLS, StepKind
 from ..format.messages import Message
 from ..format.reading import Reading
 from ..models.base import usage_of
 from ..tools.base import Tool
 from . import context, observations, tool_calls
 from .approval import Approver
-from .hooks import ToolCall
+from .hooks import ToolCall, guarded
 from .results import AgentResult, Generation, Step
+
+ASKED_NOTE = "the reply only reasoned: its Final Answer was asked for in the same step"
 
 
 class Acting:
@@ -110,3 +113,42 @@ class Acting:
         if result is not None:
             result.add_usage(usage_of(reply))
         return str(reply)
+
+    # --- answers: asked for after a reply that only reasons, sent back once to be checked -----------
+
+    def _answer_if_thought_only(self, messages: list[Message], result: AgentResult, generation: Generation,
+                                lang: str) -> Generation:
+        """A reply that only reasoned (no Action, no Final Answer), continued with `Final Answer:` in the same
+        step: its working is kept and its answer asked for, without an error turn. Its step's kind says so
+        (`answer_asked`, a format error in scoring)."""
+        readings = self.protocol.read(generation.reply, self.tools.values(), lang)
+        if len(readings) != 1 or not readings[0].thought_only:
+            return generation
+        asked = generation.reply.rstrip() + prompts.ANSWER_LEAD
+        if self.on_text is not None:
+            guarded(self.on_text, "on_text", prompts.ANSWER_LEAD)
+        more = self._generate(messages, result, suffix=asked, purpose="answer")
+        answer = self.protocol.forced_answer(more.reply, lang)
+        if not answer:
+            return generation
+        # the step's prompt is the second (longer) one; its reply is both calls' tokens
+        usage = {**more.usage, "completion_tokens": None if more.usage.get("completion_tokens") is None else
+                 (generation.usage.get("completion_tokens") or 0) + more.usage["completion_tokens"]}
+        return Generation(f"{asked} {answer}", usage, generation.seconds + more.seconds,
+                          [*generation.notes, *more.notes, ASKED_NOTE])
+
+    def _recheck_of(self, step: Step, result: AgentResult, turn: int, lang: str) -> str | None:
+        """The observation that sends an answer back once to be checked, or None to take it: an answer right
+        after a failed call (which gave nothing to answer from); with `recheck="results"`, also one that only
+        repeats the last tool result (which may answer one step, not the question). ReAct only, a turn left."""
+        if not (self.recheck != "off" and self.protocol.rechecks and turn + 1 < self.max_turns and result.steps) or any(
+                s.kind == StepKind.RECHECK for s in result.steps):
+            return None
+        last = result.steps[-1]
+        if last.kind in FAILED_CALLS:
+            return prompts.RECHECK[lang]
+        shown = (last.observation or "").strip()
+        if self.recheck == "results" and last.kind == StepKind.ACTION and 0 < len(shown) <= 40 \
+                and shown in step.final_answer:
+            return prompts.RECHECK_RESULT[lang].format(result=shown)
+        return None

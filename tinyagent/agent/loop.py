@@ -10,8 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..format import prompts
-from ..format.kinds import FAILED_CALLS, StepKind
+from ..format.kinds import StepKind
 from ..format.messages import Message, history_to_messages
 from ..format.step_format import require_outlines
 from ..models.base import BaseModel, usage_of
@@ -21,7 +20,7 @@ from ..tools.base import tool as make_tool
 from ..tools.llm_tool import LLMTool
 from ..tutorial import TutorialAgent
 from . import context
-from .acting import Acting
+from .acting import ASKED_NOTE, Acting
 from .approval import Approver, Ask, as_approver
 from .hooks import HookFailed, Hooks, ModelCall, Run, around, guarded, notify
 from .protocols import protocol_for
@@ -30,7 +29,6 @@ from .results import AgentResult, Generation, Step, StopReason
 #: Answers sent back once to be checked: none; right after a failed call; also one repeating the last result.
 RECHECKS = ("off", "failed", "results")
 STUCK_REPEATS = 2  # repeated calls in a row after which the turn cap's answer is asked at once
-ASKED_NOTE = "the reply only reasoned: its Final Answer was asked for in the same step"
 
 log = logging.getLogger(__package__)  # "tinyagent.agent", for the whole loop
 
@@ -212,43 +210,6 @@ class Agent(Acting, TutorialAgent):
             error=None if answer else "no final answer at the turn cap")))
         result.answer = answer
         return StopReason.MAX_TURNS if answer else StopReason.NO_FORCED_ANSWER
-
-    def _answer_if_thought_only(self, messages: list[Message], result: AgentResult, generation: Generation,
-                                lang: str) -> Generation:
-        """A reply that only reasoned (no Action, no Final Answer), continued with `Final Answer:` in the same
-        step: its working is kept and its answer asked for, without an error turn. Its step's kind says so
-        (`answer_asked`, a format error in scoring)."""
-        readings = self.protocol.read(generation.reply, self.tools.values(), lang)
-        if len(readings) != 1 or not readings[0].thought_only:
-            return generation
-        asked = generation.reply.rstrip() + prompts.ANSWER_LEAD
-        if self.on_text is not None:
-            guarded(self.on_text, "on_text", prompts.ANSWER_LEAD)
-        more = self._generate(messages, result, suffix=asked, purpose="answer")
-        answer = self.protocol.forced_answer(more.reply, lang)
-        if not answer:
-            return generation
-        # the step's prompt is the second (longer) one; its reply is both calls' tokens
-        usage = {**more.usage, "completion_tokens": None if more.usage.get("completion_tokens") is None else
-                 (generation.usage.get("completion_tokens") or 0) + more.usage["completion_tokens"]}
-        return Generation(f"{asked} {answer}", usage, generation.seconds + more.seconds,
-                          [*generation.notes, *more.notes, ASKED_NOTE])
-
-    def _recheck_of(self, step: Step, result: AgentResult, turn: int, lang: str) -> str | None:
-        """The observation that sends an answer back once to be checked, or None to take it: an answer right
-        after a failed call (which gave nothing to answer from); with `recheck="results"`, also one that only
-        repeats the last tool result (which may answer one step, not the question). ReAct only, a turn left."""
-        if not (self.recheck != "off" and self.protocol.rechecks and turn + 1 < self.max_turns and result.steps) or any(
-                s.kind == StepKind.RECHECK for s in result.steps):
-            return None
-        last = result.steps[-1]
-        if last.kind in FAILED_CALLS:
-            return prompts.RECHECK[lang]
-        shown = (last.observation or "").strip()
-        if self.recheck == "results" and last.kind == StepKind.ACTION and 0 < len(shown) <= 40 \
-                and shown in step.final_answer:
-            return prompts.RECHECK_RESULT[lang].format(result=shown)
-        return None
 
     def _no_reply(self, result: AgentResult, kind: StepKind, error: str, notes: list | None = None) -> StopReason:
         """Record why a run got no reply (its steps so far are kept): the step, and the run's error."""
