@@ -24,10 +24,10 @@ class Acting:
     """`Agent`'s steps from a reply. Uses the Agent's tools, protocol, hooks and settings, and its
     `_call_model` (for distilling)."""
 
-    def _turn(self, turn: int, generation: Generation, result: AgentResult, lang: str) -> list[Step]:
-        """Read one reply and act on it: one step per tool call (the first with the call's counts).
-        Several calls run together (`tool_calls.run_together`), unless an approver asks about each."""
-        readings = self.protocol.read(generation.reply, self.tools.values(), lang)
+    def _turn(self, turn: int, generation: Generation, readings: list[Reading], result: AgentResult, lang: str
+              ) -> list[Step]:
+        """Act on one reply, read (`readings`, the protocol's): one step per tool call (the first with the
+        call's counts). Several calls run together (`tool_calls.run_together`), unless an approver asks about each."""
         steps = [Step.of(len(result.steps) + i, r) for i, r in enumerate(readings)]
         calls = []
         for i, (step, reading) in enumerate(zip(steps, readings)):
@@ -116,21 +116,18 @@ class Acting:
 
     # --- answers: asked for after a reply that only reasons, sent back once to be checked -----------
 
-    def _answer_if_thought_only(self, messages: list[Message], result: AgentResult, generation: Generation,
-                                lang: str) -> Generation:
+    def _answer_asked(self, messages: list[Message], result: AgentResult, generation: Generation,
+                      lang: str) -> Generation | None:
         """A reply that only reasoned (no Action, no Final Answer), continued with `Final Answer:` in the same
-        step: its working is kept and its answer asked for, without an error turn. Its step's kind says so
-        (`answer_asked`, a format error in scoring)."""
-        readings = self.protocol.read(generation.reply, self.tools.values(), lang)
-        if len(readings) != 1 or not readings[0].thought_only:
-            return generation
+        step: its working is kept and its answer asked for, without an error turn (the loop marks the step
+        `answer_asked`, a format error in scoring). None when no answer came."""
         asked = generation.reply.rstrip() + prompts.ANSWER_LEAD
         if self.on_text is not None:
             guarded(self.on_text, "on_text", prompts.ANSWER_LEAD)
         more = self._generate(messages, result, suffix=asked, purpose="answer")
         answer = self.protocol.forced_answer(more.reply, lang)
         if not answer:
-            return generation
+            return None
         # the step's prompt is the second (longer) one; its reply is both calls' tokens
         usage = {**more.usage, "completion_tokens": None if more.usage.get("completion_tokens") is None else
                  (generation.usage.get("completion_tokens") or 0) + more.usage["completion_tokens"]}
@@ -141,7 +138,7 @@ class Acting:
         """The observation that sends an answer back once to be checked, or None to take it: an answer right
         after a failed call (which gave nothing to answer from); with `recheck="results"`, also one that only
         repeats the last tool result (which may answer one step, not the question). ReAct only, a turn left."""
-        if not (self.recheck != "off" and self.protocol.rechecks and turn + 1 < self.max_turns and result.steps) or any(
+        if not (self.recheck != "off" and self.protocol.react_text and turn + 1 < self.max_turns and result.steps) or any(
                 s.kind == StepKind.RECHECK for s in result.steps):
             return None
         last = result.steps[-1]

@@ -20,7 +20,7 @@ from ..tools.base import tool as make_tool
 from ..tools.llm_tool import LLMTool
 from ..tutorial import TutorialAgent
 from . import context
-from .acting import ASKED_NOTE, Acting
+from .acting import Acting
 from .approval import Approver, Ask, as_approver
 from .hooks import HookFailed, Hooks, ModelCall, Run, around, guarded, notify
 from .protocols import protocol_for
@@ -186,10 +186,14 @@ class Agent(Acting, TutorialAgent):
                 return StopReason.STOPPED
             lead = self.protocol.lead if self.thought_first and not self.constrained else ""
             generation = self._generate(messages, result, lead=lead)
-            if self.ask_answer and self.protocol.rechecks and not self.constrained:
-                generation = self._answer_if_thought_only(messages, result, generation, lang)
-            for step in self._turn(turn, generation, result, lang):
-                if step.final_answer is not None and ASKED_NOTE in step.notes:
+            readings = self.protocol.read(generation.reply, self.tools.values(), lang)
+            asked = (self._answer_asked(messages, result, generation, lang) if self.ask_answer
+                     and self.protocol.react_text and not self.constrained and len(readings) == 1
+                     and readings[0].thought_only else None)
+            if asked is not None:
+                generation, readings = asked, self.protocol.read(asked.reply, self.tools.values(), lang)
+            for step in self._turn(turn, generation, readings, result, lang):
+                if asked is not None and step.final_answer is not None:
                     step.kind = StepKind.ANSWER_ASKED
                 check = self._recheck_of(step, result, turn, lang) if step.final_answer is not None else None
                 if check is not None:

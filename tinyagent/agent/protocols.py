@@ -46,7 +46,7 @@ class ReAct:
     (whose rendering `HFChatModel.render_prompt` checks, so the prompt only grows)."""
 
     name = ProtocolName.REACT
-    rechecks = True  # an answer right after a failed call is sent back once (`Agent(recheck=)`)
+    react_text = True  # a reply may be continued in place (`ask_answer`) or sent back to be checked (`recheck`)
     lead = prompts.THOUGHT_LEAD  # what a reply is begun with under `Agent(thought_first=True)`
 
     def before_call(self, model: BaseModel, prompt: list[Message], tools, steps) -> list[str]:
@@ -97,7 +97,7 @@ class Tools:
     """
 
     name = ProtocolName.TOOLS
-    rechecks = False
+    react_text = False
     lead = ""
 
     def __init__(self, model: BaseModel):

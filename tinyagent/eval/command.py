@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .. import config
 from ..agent import DirectAnswer
+from ..agent.loop import RECHECKS
 from ..agent.protocols import PROTOCOLS
 from ..runs import Runner
 from . import compare, results
@@ -65,7 +66,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                    help="begin each ReAct reply with Thought: (default: the config's)")
     p.add_argument("--ask-answer", action=argparse.BooleanOptionalAction,
                    help="ask a reply that only reasons for its Final Answer in the same step (default: the config's)")
-    p.add_argument("--recheck", choices=["off", "failed", "results"],
+    p.add_argument("--recheck", choices=RECHECKS,
                    help="answers sent back once to be checked: off, failed (right after a failed call), results "
                         "(also one that only repeats the last tool result); default: the config's")
     p.add_argument("--concurrency", type=int, help="parallel questions (default 4 for the openai backend, 8 for "
