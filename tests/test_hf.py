@@ -9,6 +9,7 @@ from itertools import pairwise
 
 import pytest
 import torch
+from serial_calls import calls_at_once
 
 from tinyagent.engine.loading import placement
 from tinyagent.engine.prefix_cache import common_prefix_length
@@ -305,39 +306,9 @@ def test_concurrent_calls_are_serialised(model, no_reuse, monkeypatch):
     model = HFChatModel.from_model(model.model, model.tokenizer, max_batch=1)
     prompts = [scratch(f"Thought: step {i}") for i in range(2)]
     expected = [str(no_reuse.generate(p, max_new_tokens=6)) for p in prompts]
-    inside, most_inside, lock = 0, 0, threading.Lock()
-    first_inside, second_inside = threading.Event(), threading.Event()
-    real_run = model._run
-
-    def run(*args, **kwargs):
-        nonlocal inside, most_inside
-        with lock:
-            inside += 1
-            most_inside = max(most_inside, inside)
-            (second_inside if first_inside.is_set() else first_inside).set()
-        try:
-            if not second_inside.is_set():
-                second_inside.wait(timeout=2.0)
-            return real_run(*args, **kwargs)
-        finally:
-            with lock:
-                inside -= 1
-
-    monkeypatch.setattr(model, "_run", run)
-    results: dict[int, str] = {}
-
-    def call(i):
-        results[i] = str(model.generate(prompts[i], max_new_tokens=6))
-
-    threads = [threading.Thread(target=call, args=(0,))]
-    threads[0].start()
-    assert first_inside.wait(timeout=60)
-    threads.append(threading.Thread(target=call, args=(1,)))
-    threads[1].start()
-    for t in threads:
-        t.join()
+    most_inside, results = calls_at_once(model, prompts, monkeypatch, max_new_tokens=6)
     assert most_inside == 1
-    assert [results[i] for i in range(2)] == expected
+    assert results == expected
 
 
 def test_abandoned_stream_stops_generating_and_frees_the_model(no_reuse):

@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 import pytest
+from serial_calls import calls_at_once
 
 from tinyagent import Agent
 from tinyagent.format.prompts import STOP_WORDS, build_system_prompt
@@ -284,31 +285,5 @@ def test_cancel_set_before_the_call_feeds_nothing(no_reuse):
 def test_concurrent_callers_run_one_at_a_time_and_get_what_each_gets_alone(model, no_reuse, monkeypatch):
     prompts = [scratch(f"Thought: step {i}") for i in range(4)]
     expected = [str(no_reuse.generate(p, max_new_tokens=8)) for p in prompts]
-    inside, most, lock = 0, 0, threading.Lock()
-    real_run = model._run
-
-    def run(*args, **kwargs):
-        nonlocal inside, most
-        with lock:
-            inside += 1
-            most = max(most, inside)
-        try:
-            return real_run(*args, **kwargs)
-        finally:
-            with lock:
-                inside -= 1
-
-    monkeypatch.setattr(model, "_run", run)
-    results: dict[int, str] = {}
-    start = threading.Barrier(len(prompts))
-
-    def call(i):
-        start.wait()
-        results[i] = str(model.generate(prompts[i], max_new_tokens=8))
-
-    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(prompts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert most == 1 and [results[i] for i in range(len(prompts))] == expected
+    most, results = calls_at_once(model, prompts, monkeypatch, max_new_tokens=8)
+    assert most == 1 and results == expected
