@@ -149,20 +149,22 @@ def test_options_override_the_config_file(use_model, capsys, tmp_path):
     folder.mkdir()
     (folder / "config.json").write_text('{"model_type": "internlm2"}')
     cfg_file = tmp_path / "c.yaml"
-    cfg_file.write_text("agent:\n  max_turns: 4\n  lang: en\ngeneration:\n  max_new_tokens: 100\n")
+    cfg_file.write_text("agent:\n  max_turns: 4\n  lang: en\n  working_first: true\ngeneration:\n  max_new_tokens: 100\n")
     model = use_model(StreamingModel(["Final Answer: 好"]))
     code, _, _ = run_cli(capsys, "ask", "--config", str(cfg_file), "--model", str(folder), "--device", "cpu",
                          "--lang", "zh", "--max-new-tokens", "20", "--temperature", "0.5",
-                         "--tools", "calculator", "hello")
+                         "--tools", "calculator", "--no-working-first", "hello")
     assert code == 0
     cfg = model.built_from
     assert (cfg.model.backend, cfg.model.path, cfg.model.device) == ("internlm2", str(folder), "cpu")
     assert (cfg.agent.lang, cfg.agent.max_turns, cfg.agent.tools) == ("zh", 4, ["calculator"])
+    assert cfg.agent.working_first is False  # the flag over the file's true
     assert model.calls[0]["kwargs"]["max_new_tokens"] == 20 and model.calls[0]["kwargs"]["temperature"] == 0.5
     assert "请尽你所能" in model.calls[0]["messages"][0]["content"]
-    model = use_model(StreamingModel(["Final Answer: x"]))
+    model = use_model(StreamingModel(["x, as asked.\nThe answer is x.", "Final Answer: x"]))
     assert run_cli(capsys, "ask", "--base-url", "http://127.0.0.1:9/v1", "--model", "served", "q")[0] == 0
     assert (model.built_from.model.backend, model.built_from.model.name) == ("openai", "served")
+    assert [len(c["messages"]) for c in model.calls] == [1, 3]  # working first: decoded free, its default
 
 
 def test_without_a_serper_key_local_search_replaces_google_search(use_model, capsys):

@@ -75,8 +75,44 @@ def stub(monkeypatch):
 
 def run_eval(tmp_path, stub, out: str, *extra: str) -> tuple[int, str]:
     args = ["--suite", str(write_suite(tmp_path)), "--model", "stub-model", "--base-url", stub.base_url,
-            "--tools", "calculator", "--out", str(tmp_path / out), *extra]
+            "--tools", "calculator", "--out", str(tmp_path / out), "--no-working-first", *extra]
     return ev.main(args), out
+
+
+CHECKS = {  # question -> the replies after the request to check the working (working_first)
+    "What is 123 times 457?": ('Thought: I check 123 * 457\nAction: calculator\nAction Input: {"expression": "123*457"}',
+                               "Thought: the tool says 56211, not 56000.\nFinal Answer: 56211"),
+    "How many legs do 3 cats have?": ("Thought: My working is right.\nFinal Answer: 12", None),
+    "What is 2 plus 2?": ("Thought: My working is right.\nFinal Answer: 4", None),
+}
+
+
+def working_first_reply(body: dict) -> str:
+    """The model alone for the first call (the direct prompt, as the baseline is asked), then its checks."""
+    messages = body["messages"]
+    question = question_of({"messages": messages[:1]})
+    if len(messages) == 1:
+        return DIRECT_REPLIES[question]
+    first, after = CHECKS[question]
+    return after if "Observation:" in json.dumps(messages[3:]) else first
+
+
+def test_working_first_over_http_is_the_model_alone_then_its_checks(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with OpenAIStub(replies=working_first_reply, honour_stop=True) as server:
+        code = ev.main(["--suite", str(write_suite(tmp_path)), "--model", "stub-model", "--base-url", server.base_url,
+                        "--tools", "calculator", "--protocol", "react", "--out", str(tmp_path / "wf")])
+    capsys.readouterr()
+    assert code == 0
+    agent, direct = read_jsonl(tmp_path / "wf" / "results.jsonl"), read_jsonl(tmp_path / "wf" / "direct.jsonl")
+    assert [(r["id"], r["success"]) for r in direct] == [("tool", False), ("alone", True), ("both", True)]
+    assert [(r["id"], r["success"], r["format_valid"]) for r in agent] == [
+        ("tool", True, True), ("alone", True, True), ("both", True, True)]  # the check corrected the first
+    kinds = [[s["kind"] for s in r["trace"]["steps"]] for r in agent]
+    assert kinds == [["working", "action", "final_answer"], ["working", "final_answer"], ["working", "final_answer"]]
+    assert agent[0]["trace"]["steps"][0]["text"] == DIRECT_REPLIES["What is 123 times 457?"]
+    summary = json.loads((tmp_path / "wf" / "summary.json").read_text())
+    assert summary["run"]["working_first"] is True
 
 
 def test_the_direct_baseline_beside_the_agent_over_http(tmp_path, stub, capsys):

@@ -46,7 +46,7 @@ def test_ctrl_c_during_generation(tmp_path, command):
     # The second model call hangs: the first step (a tool call) is done when Ctrl-C arrives.
     with OpenAIStub([CALL, "Final Answer: 42"], slow_seconds=30) as stub:
         stub.fault_for = lambda body: "slow" if len(stub.requests) >= 1 else None
-        args = [command, "--base-url", stub.base_url, "--model", "stub", "--tools", "calculator"]
+        args = [command, "--base-url", stub.base_url, "--model", "stub", "--tools", "calculator", "--no-working-first"]
         proc = start_cli(args + (["What is 6 times 7?"] if command == "ask" else []), tmp_path)
         if command == "chat":
             proc.stdin.write("What is 6 times 7?\n")

@@ -21,7 +21,7 @@ def run_cli(args, tmp_path, serper_url="http://127.0.0.1:9/search", timeout=120)
     trace = tmp_path / "trace.jsonl"
     env = {**os.environ, "OPENAI_API_KEY": OPENAI_KEY, "SERPER_API_KEY": SERPER_KEY,
            "SERPER_ENDPOINT": serper_url, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "tinyagent", *args, "--trace", str(trace)],
+    proc = subprocess.run([sys.executable, "-m", "tinyagent", *args, "--no-working-first", "--trace", str(trace)],
                           capture_output=True, text=True, env=env, timeout=timeout)
     written = trace.read_text() if trace.exists() else ""
     return proc, written

@@ -220,6 +220,10 @@ def test_multi_step_examples_check_each_step_with_the_tool(lang):
     ("Thought: I now know the final answer\nFinal Answer: <the answer>", "malformed", None, None),
     ("Final Answer: <your answer>", "malformed", None, None),
     ("Final Answer: 42 apples", "final_answer", None, None),
+    # a phrase of the format copied onto the Action line: the tool whose parameters the input has
+    ('Thought: x\nAction: the tool\'s name\nAction Input: {"expression": "2 + 2"}', "action", "calculator",
+     {"expression": "2 + 2"}),
+    ('Action: weather\nAction Input: {"expression": "2 + 2"}', "unknown_tool", None, None),  # a name stays one
 ])
 def test_the_arguments_on_the_action_line_and_copied_placeholders(reply, kind, action, arguments):
     reading = read_step(reply, [Calculator()])
@@ -255,3 +259,141 @@ def test_a_thought_only_reply_is_asked_its_answer_without_the_lead_too():
     assert [s.kind for s in agent.run("?").steps] == ["malformed", "final_answer"]  # an error turn instead
     agent, model = raw(["你好！有什么可以帮你的吗？"])  # no labels at all: chit-chat, the answer as it is
     assert agent.run("你好").stop_reason == "no_action" and len(model.calls) == 1
+
+
+# --- the model's own working first (`working_first`) ----------------------------------------------
+
+from tinyagent.agent.direct import DirectAnswer  # noqa: E402
+from tinyagent.format.direct import direct_messages, working_answer  # noqa: E402
+from tinyagent.format.prompts import build_check_prompt  # noqa: E402
+
+QUESTION = "Ann has 3 bags of 4 apples and finds one more. How many apples does she have?"
+ALONE = "3 bags of 4 apples is 3 * 4 = 12.\nWith one more: 12 + 1 = 13.\nThe answer is 13."
+
+
+def test_working_first_asks_the_question_as_the_model_alone_then_offers_the_tools():
+    model = ScriptedModel([ALONE, "Thought: My working is right.\nFinal Answer: 13"])
+    result = Agent(model, tools=[Calculator()], working_first=True).run(QUESTION)
+    alone = ScriptedModel([ALONE])
+    DirectAnswer(alone).run(QUESTION)
+    assert model.calls[0]["messages"] == alone.calls[0]["messages"] == direct_messages(QUESTION, "en")
+    check = build_check_prompt([Calculator()], "en", "13")
+    assert model.calls[1]["messages"] == [*direct_messages(QUESTION, "en"), {"role": "assistant", "content": ALONE},
+                                          {"role": "user", "content": check}]
+    assert [s.kind for s in result.steps] == ["working", "final_answer"] and result.answer == "13"
+    assert result.steps[0].kind in VALID_KINDS and result.steps[0].observation == check
+    assert result.stop_reason == "final_answer" and result.generate_calls == 2
+
+
+def test_a_check_after_the_working_runs_its_call_and_its_answer_is_the_runs():
+    model = ScriptedModel([ALONE, "Thought: I check 3 * 4 + 1\n" + CALC, "Thought: 13 agrees.\nFinal Answer: 13"])
+    result = Agent(model, tools=[Calculator()], working_first=True).run(QUESTION)
+    assert [s.kind for s in result.steps] == ["working", "action", "final_answer"]
+    assert result.steps[1].observation == "13" and result.answer == "13"
+    last = model.calls[2]["messages"]
+    assert last[:3] == model.calls[1]["messages"] and last[3]["role"] == "assistant"
+    assert last[3]["content"].startswith("Thought: I check 3 * 4 + 1\nAction: calculator")
+    assert "Observation: 13" in last[3]["content"]
+
+
+def test_the_check_and_the_turn_cap_come_after_the_working():
+    loop = "Thought: again\n" + 'Action: calculator\nAction Input: {"expression": "1 + %d"}'
+    model = ScriptedModel([ALONE, *[loop % i for i in range(2)], "13"])
+    result = Agent(model, tools=[Calculator()], working_first=True, max_turns=2).run(QUESTION)
+    assert [s.kind for s in result.steps] == ["working", "action", "action", "forced_answer"]  # two turns after it
+    assert result.answer == "13" and result.stop_reason == "max_turns"
+    assert model.calls[-1]["messages"][-1]["content"].endswith(FORCE_FINAL["en"])
+
+
+@pytest.mark.parametrize("lang,question", [("en", QUESTION), ("zh", "小明有3袋苹果，每袋4个，又捡到1个。一共有几个？")])
+def test_a_working_without_an_answer_line_is_asked_to_be_checked(lang, question):
+    model = ScriptedModel(["3 * 4 = 12, then 12 + 1.", "Final Answer: 13"])
+    result = Agent(model, tools=[Calculator()], working_first=True).run(question)
+    check = model.calls[1]["messages"][-1]["content"]
+    assert check == build_check_prompt([Calculator()], lang, None) == result.steps[0].observation
+    assert model.calls[0]["messages"] == direct_messages(question, lang)
+
+
+def test_working_first_keeps_the_conversation_and_is_refused_with_the_tools_protocol():
+    model = ScriptedModel([ALONE, "Final Answer: 13", "The answer is 14.", "Final Answer: 14"])
+    agent = Agent(model, tools=[Calculator()], working_first=True)
+    agent.chat(QUESTION)
+    agent.chat("And with one more?")
+    assert model.calls[2]["messages"] == [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": "13"},
+                                          *direct_messages("And with one more?", "en")]
+    with pytest.raises(ValueError, match="working_first needs the ReAct protocol"):
+        Agent(ScriptedModel([]), tools=[Calculator()], protocol="tools", working_first=True)
+
+
+def test_the_working_is_decoded_free_when_the_steps_are_constrained():
+    pytest.importorskip("outlines")
+    model = ScriptedModel([ALONE, "Thought: My working is right.\nFinal Answer: 13"])
+    Agent(model, tools=[Calculator()], working_first=True, constrained=True).run(QUESTION)
+    assert "constraint" not in model.calls[0]["kwargs"] and "constraint" in model.calls[1]["kwargs"]
+
+
+CHECK_MUST_SAY = {
+    "en": ["Your working's answer is 13.", "check a step of your working, or a fact it uses",
+           'calculator: Evaluates an arithmetic expression', 'Action Input: {"expression": "..."}',
+           "wait for the Observation", "Thought: the step I check", "Action: one of [calculator]", "Action Input: the tool's arguments",
+           "Thought: My working is right.", "Final Answer: 13"],
+    "zh": ["你的解题过程得出的答案是 13。", "核对解题中的某一步，或它用到的某个事实", "calculator: 精确计算",
+           'Action Input: {"expression": "..."}', "等待 Observation", "Thought: 我要核对的那一步", "Action: [calculator] 之一",
+           "Action Input: 工具的参数", "Thought: 我的解题过程是对的。", "Final Answer: 13"],
+}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_check_prompt_says_what_it_must_in_each_language(lang):
+    prompt = build_check_prompt([Calculator()], lang, "13")
+    missing = [words for words in CHECK_MUST_SAY[lang] if words not in prompt]
+    assert not missing, missing
+    order = [prompt.index(words) for words in CHECK_MUST_SAY[lang][-5:]]
+    assert order == sorted(order) and prompt.endswith("Final Answer: 13")  # the answer's lines last
+    assert "2**10" not in prompt and "(3+6+9)" not in prompt  # no schema examples for a small model to copy
+    none = build_check_prompt([Calculator()], lang, None)
+    assert "13" not in none and none.count("Final Answer:") == 1 and "Action: " in none
+
+
+@pytest.mark.parametrize("reply,answer", [
+    ("so 12 + 1 = 13.\nThe answer is 13.", "13"),
+    ("Therefore she has \\boxed{13} apples.", "13"),
+    ("half of it: \\(\\boxed{\\frac{1}{2}}\\)", "\\frac{1}{2}"),
+    ("first \\boxed{12}, then \\boxed{13}", "13"),
+    ("The answer is 12.\nso \\boxed{13}", "12"),  # an answer line, written as asked, comes first
+    ("3 * 4 = 12, then 12 + 1.", None),
+    ("\\boxed{}", None),
+])
+def test_the_answer_a_working_ends_on(reply, answer):
+    assert working_answer(reply) == answer
+
+
+@pytest.mark.parametrize("question", ["Ann has 3 bags of 4 apples and finds one more. How many?",
+                                      "小明有3袋苹果，每袋4个，又捡到1个。一共有几个？"])
+def test_working_first_prompts_only_grow_on_a_real_chat_template(tiny_llama_dir, question):
+    from tinyagent.models import HFChatModel
+
+    real = HFChatModel(str(tiny_llama_dir), dtype="float32", max_batch=1)
+
+    class Tokens(Continuing):
+        ids: list[list[int]] = []
+
+        def generate(self, messages, stop=None, **kwargs):
+            self.ids.append(real.encode_prompt(real.render_prompt(messages)))
+            return super().generate(messages, stop, **kwargs)
+
+    model = Tokens(["3 * 4 = 12 and 12 + 1 = 13.\nThe answer is 13.", "Thought: check it\n" + CALC,
+                    "Thought: it is 13\nFinal Answer: 13"])
+    result = Agent(model, tools=[Calculator()], working_first=True).run(question)
+    assert [s.kind for s in result.steps] == ["working", "action", "final_answer"]
+    for before, after in zip(model.ids, model.ids[1:]):
+        assert after[: len(before)] == before  # each prompt extends the last, token for token
+
+
+def test_people_see_the_working_but_not_the_request_to_check_it():
+    from tinyagent.format.observations import observation_line
+
+    model = ScriptedModel([ALONE, "Thought: check\n" + CALC, "Final Answer: 13"])
+    working, call, _ = Agent(model, tools=[Calculator()], working_first=True).run(QUESTION).steps
+    assert observation_line(working) is None and working.observation.startswith("Your working's answer is 13.")
+    assert observation_line(call) == "Observation: 13"

@@ -11,7 +11,9 @@ import time
 from collections.abc import Callable
 
 from ..format.kinds import StepKind
+from ..format.direct import direct_messages, working_answer
 from ..format.messages import Message, history_to_messages
+from ..format.prompts import build_check_prompt
 from ..format.step_format import require_outlines
 from ..models.base import BaseModel, usage_of
 from ..text import lang_for, one_line
@@ -49,6 +51,9 @@ class Agent(Acting, TutorialAgent):
     (`protocols.auto_protocol`); each result says which it used (`AgentResult.protocol`).
     `approve` (a callable or an `Approver`) is asked before tool calls run (approval.py); `hooks`
     run around each run, model call and tool call (hooks.py), after the approver.
+    `working_first=True` (ReAct only) has the model first answer as it would alone (the direct prompt of
+    `format.direct`, no tools), then offers it the tools to check that working, with the working's answer
+    as the answer to give when it holds; None: on for ReAct decoded free (the config's default).
     """
 
     def __init__(
@@ -73,6 +78,7 @@ class Agent(Acting, TutorialAgent):
         recheck: bool | str = True,
         thought_first: bool = False,
         ask_answer: bool = True,
+        working_first: bool | None = False,
         **generate_kwargs,
     ):
         if lang not in ("auto", "en", "zh"):
@@ -98,7 +104,12 @@ class Agent(Acting, TutorialAgent):
         if recheck not in RECHECKS:
             raise ValueError(f"recheck must be one of {', '.join(RECHECKS)} (or True / False), not {recheck!r}")
         self.constrained, self.tool_timeout, self.recheck = constrained, tool_timeout, recheck
-        self.thought_first, self.ask_answer = thought_first, ask_answer
+        if working_first is None:  # on where it was measured to help: ReAct text, decoded free
+            working_first = self.protocol.react_text and not constrained
+        self.thought_first, self.ask_answer, self.working_first = thought_first, ask_answer, working_first
+        if working_first and not self.protocol.react_text:
+            raise ValueError("working_first needs the ReAct protocol (protocol='react'), not "
+                             f"{self.protocol.name!r}")
         self.on_step, self.on_text = on_step, on_text
         self.hooks: list[Hooks] = ([as_approver(approve)] if approve is not None else []) + list(hooks or [])
         self.generate_kwargs = generate_kwargs
@@ -148,8 +159,12 @@ class Agent(Acting, TutorialAgent):
         """
         started = time.perf_counter()
         lang = lang_for(self.lang, question)
-        messages: list[Message] = [{"role": "system", "content": self.system_prompt_for(lang)},
-                                   *history_to_messages(history), {"role": "user", "content": question}]
+        if self.working_first:  # the question as the model alone gets it; the tools come after its working
+            system = [] if self.system_prompt is None else [{"role": "system", "content": self.system_prompt}]
+            messages = [*system, *history_to_messages(history), *direct_messages(question, lang)]
+        else:
+            messages = [{"role": "system", "content": self.system_prompt_for(lang)},
+                        *history_to_messages(history), {"role": "user", "content": question}]
         result = AgentResult(question=question, lang=lang, protocol=str(self.protocol.name))
         self._run = Run(question, lang, result, self.model, self.tools, self.stop)
         try:
@@ -180,7 +195,11 @@ class Agent(Acting, TutorialAgent):
 
     def _steps(self, messages: list[Message], result: AgentResult, lang: str) -> StopReason:
         """The run's turns (one model reply each, one step per tool call) up to an answer, the turn cap's
-        forced answer, or a stop request."""
+        forced answer, or a stop request. With `working_first`, the model's own working comes first."""
+        if self.working_first:
+            generation = self._generate(messages, result, purpose="working", free=True)
+            self._record(result, generation.into(Step(index=0, text=generation.reply, kind=StepKind.WORKING,
+                                                      observation=build_check_prompt(self.tools.values(), lang, working_answer(generation.reply)))))
         for turn in range(self.max_turns):
             if self._stop.is_set():
                 return StopReason.STOPPED
@@ -242,13 +261,13 @@ class Agent(Acting, TutorialAgent):
         return call
 
     def _generate(self, messages: list[Message], result: AgentResult, suffix: str = "", purpose: str = "step",
-                  lead: str = "") -> Generation:
+                  lead: str = "", free: bool = False) -> Generation:
         """One model call on the conversation plus the run's steps (then `suffix`), as the protocol writes
-        them: its messages, stop strings, tools and, when constrained, the reply's format. `lead` begins the
-        reply (in the prompt, and in the reply returned)."""
+        them: its messages, stop strings, tools and, when constrained (and not `free`), the reply's format.
+        `lead` begins the reply (in the prompt, and in the reply returned)."""
         kwargs, pad = dict(self.generate_kwargs), lead + suffix
         kwargs.update(self.protocol.options(list(self.tools.values()), result.steps, forced=bool(suffix),
-                                            constrained=self.constrained, lang=result.lang))
+                                            constrained=self.constrained and not free, lang=result.lang))
         notes = context.fit_prompt(messages, result.steps, pad, self.model, kwargs, result.lang,
                                    render=self.protocol.prompt)
         if self.on_text is not None:

@@ -83,6 +83,9 @@ class AgentConfig:
     ask_answer: bool = True              # a ReAct reply that only reasons is asked its Final Answer in the same step
     thought_first: bool = False          # ReAct replies begin with `Thought:` (one that only reasons is asked its
                                          # answer); off: measured, it cost the 0.5B model half its right answers
+    working_first: bool | None = None    # ReAct: the model first works the question out as it would alone (no
+                                         # tools, no format), then is offered the tools to check it; null: on for
+                                         # free decoding, off when constrained (measured: evals/README.md)
     approve: dict[str, str] = field(default_factory=dict)  # {tool_name: ask | always | never} before each call
     approve_mcp: str = "always"          # MCP tools not named in `approve` (--approve: ask); built-ins: always
     otel: bool = False                   # OpenTelemetry spans for runs, model and tool calls (needs tinyagent[otel])

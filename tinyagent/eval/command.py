@@ -64,6 +64,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                    help="worked examples for the tools in the system prompt (default: the config's)")
     p.add_argument("--thought-first", action=argparse.BooleanOptionalAction,
                    help="begin each ReAct reply with Thought: (default: the config's)")
+    p.add_argument("--working-first", action=argparse.BooleanOptionalAction,
+                   help="the model's own working first (as alone), then the tools and format to check it "
+                        "(default: the config's)")
     p.add_argument("--ask-answer", action=argparse.BooleanOptionalAction,
                    help="ask a reply that only reasons for its Final Answer in the same step (default: the config's)")
     p.add_argument("--recheck", choices=RECHECKS,
@@ -84,6 +87,7 @@ def _load_config(args) -> config.Config:
     overrides: dict = {"agent.max_turns": args.max_turns, "generation.max_new_tokens": args.max_new_tokens,
                        "agent.protocol": args.protocol, "agent.constrained": args.constrained,
                        "agent.examples": args.examples, "agent.thought_first": args.thought_first,
+                       "agent.working_first": args.working_first,
                        "agent.recheck": args.recheck, "agent.ask_answer": args.ask_answer}
     if args.tools is not None:
         overrides["agent.tools"] = [t.strip() for t in args.tools.split(",") if t.strip()]

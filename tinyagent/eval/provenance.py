@@ -18,7 +18,7 @@ from pathlib import Path
 from .. import config
 from ..engine.gguf_cache import cache_root
 from ..format.direct import DIRECT_PROMPT
-from ..format.prompts import FORCE_FINAL, REACT_PROMPT, RECHECK, THOUGHT_LEAD
+from ..format.prompts import CHECK_PROMPT, FORCE_FINAL, REACT_PROMPT, RECHECK, THOUGHT_LEAD
 from ..models.embedded import embedded_gguf_path
 from ..secrets import redact
 from ..version import __version__
@@ -30,9 +30,9 @@ GIT_TIMEOUT = 5.0  # seconds for `git rev-parse`, which should take milliseconds
 
 #: The settings whose difference `compare` points out, as dotted keys of `run` (the suite is checked apart).
 COMPARED = ("model", "model_sha256", "backend", "dtype", "protocol", "constrained", "tools", "max_turns", "examples",
-            "thought_first", "ask_answer", "recheck", "lang", "generation", "prompts_sha256", "version", "commit")
+            "thought_first", "working_first", "ask_answer", "recheck", "lang", "generation", "prompts_sha256", "version", "commit")
 #: No bearing on the direct baseline.
-AGENT_SETTINGS = ("protocol", "constrained", "tools", "max_turns", "examples", "thought_first", "ask_answer", "recheck")
+AGENT_SETTINGS = ("protocol", "constrained", "tools", "max_turns", "examples", "thought_first", "working_first", "ask_answer", "recheck")
 
 
 def file_sha256(path: Path) -> str:
@@ -116,7 +116,7 @@ def git_commit() -> str | None:
 
 def prompts_checksum() -> str:
     """sha256 of the prompt texts (ReAct and direct, both languages): a changed prompt is a changed run."""
-    text = json.dumps([REACT_PROMPT, FORCE_FINAL, RECHECK, THOUGHT_LEAD, DIRECT_PROMPT], ensure_ascii=False,
+    text = json.dumps([REACT_PROMPT, FORCE_FINAL, RECHECK, THOUGHT_LEAD, DIRECT_PROMPT, CHECK_PROMPT], ensure_ascii=False,
                       sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -132,6 +132,7 @@ def provenance(cfg: config.Config, suite: str | Path, command: str, baseline: st
         "device": m.device, "dtype": m.dtype, "protocol": cfg.agent.protocol,
         "constrained": bool(cfg.agent.constrained), "tools": config.select_tools(cfg)[0], "max_turns": cfg.agent.max_turns,
         "examples": cfg.agent.examples, "thought_first": cfg.agent.thought_first,
+        "working_first": _working_first(cfg),
         "ask_answer": cfg.agent.ask_answer, "recheck": cfg.agent.recheck,
         "lang": cfg.agent.lang,
         "generation": cfg.generation_kwargs(), "baseline": baseline, "concurrency": concurrency,
@@ -139,3 +140,12 @@ def provenance(cfg: config.Config, suite: str | Path, command: str, baseline: st
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "suite": str(suite), "suite_sha256": file_sha256(Path(suite)),
         "config": cfg.source, "command": command,
     })
+
+
+def _working_first(cfg: config.Config) -> bool | None:
+    """`agent.working_first` as the run used it: null resolved as the Agent resolves it (on for ReAct decoded
+    free), except under protocol "auto", where it depends on the model (then null)."""
+    a = cfg.agent
+    if a.working_first is not None or a.protocol == "auto":
+        return a.working_first
+    return a.protocol == "react" and not a.constrained

@@ -43,3 +43,16 @@ def read_direct_answer(reply: str) -> str | None:
         if answer:
             return answer
     return None
+
+
+_BOXED = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
+
+
+def working_answer(reply: str) -> str | None:
+    """The answer a worked reply ends on: its answer line, else its last `\\boxed{...}` (where models
+    trained on maths put it), else None."""
+    line = read_direct_answer(reply)
+    if line is not None:
+        return line
+    found = _BOXED.findall(mask_thinking(reply))
+    return found[-1].strip() or None if found else None

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..text import detect_lang
+from .kinds import StepKind
 from .observations import format_observation
 
 Message = dict  # {"role": "system" | "user" | "assistant" | "tool", "content": str, ...}
@@ -39,9 +40,15 @@ def scratchpad(steps, suffix: str = "") -> str:
 
 
 def prompt_messages(messages: list[Message], steps, suffix: str = "") -> list[Message]:
-    """The messages to send: the conversation, then the scratchpad as a trailing assistant message."""
-    pad = scratchpad(steps, suffix)
-    return [*messages, {"role": "assistant", "content": pad}] if pad else list(messages)
+    """The messages to send: the conversation, then the scratchpad as a trailing assistant message.
+    A `working` step (the model's own working, first) is a turn of its own: its reply, then the user
+    message asking to check it (the step's observation); the scratchpad of the steps after it follows."""
+    messages = list(messages)
+    first = next((i + 1 for i, s in enumerate(steps) if s.kind == StepKind.WORKING), 0)
+    for s in steps[:first]:
+        messages += [{"role": "assistant", "content": s.text}, {"role": "user", "content": s.observation or ""}]
+    pad = scratchpad(steps[first:], suffix)
+    return [*messages, {"role": "assistant", "content": pad}] if pad else messages
 
 
 def fold_scratchpad(messages: list[Message]) -> list[Message]:

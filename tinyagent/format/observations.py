@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from .arguments import skeleton
+from .kinds import StepKind
 
 #: The most of a tool's output kept anywhere (the step's raw observation, traces, --json, eval results).
 MAX_RAW_OBSERVATION_CHARS = 64 * 1024
@@ -28,7 +29,10 @@ def format_observation(observation: str) -> str:
 
 
 def observation_line(step) -> str | None:
-    """A step's observation (or its error, when it has none) as a transcript line, for people to read."""
+    """A step's observation (or its error, when it has none) as a transcript line, for people to read; none
+    for the model's own working (its observation is the agent's request to check it, kept in the trace)."""
+    if step.kind == StepKind.WORKING:
+        return None
     if step.observation is not None:
         return f"Observation: {step.observation}"
     return f"Error: {step.error}" if step.error else None
@@ -57,8 +61,8 @@ def example_call(tool) -> str:
 def worked_step(tool) -> str:
     """A complete step for `tool`, shown when a model makes the same format mistake twice."""
     return (f"Thought: I need {tool.name_for_model} for this.\n{example_call(tool)}\n"
-            "Then stop and wait for the Observation. When you know the answer, write:\n"
-            "Thought: I now know the final answer\nFinal Answer: <the answer>")
+            "Then stop and wait for the Observation. When you know the answer, write a Thought, then "
+            "Final Answer: and the answer itself on the same line.")
 
 
 def error_observation(message: str, worked_for=None) -> str:

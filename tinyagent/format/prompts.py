@@ -66,6 +66,38 @@ Final Answer: 对原始问题的最终答案
 开始！""",
 }
 
+# `Agent(working_first=True)`: the model first works the question out as it would alone (the direct
+# prompt, `format.direct`); then this user message offers the tools to check that working, with the
+# working's own answer as the answer to give when it holds (the draft a check may correct). Each tool is
+# one line (its description and an Action Input to fill in): a small model copies the expressions of a
+# schema's examples into its checks.
+CHECK_PROMPT = {
+    "en": {"head": "Your working's answer is {answer}. Before you give it, you may check a step of your working, or "
+                   "a fact it uses, with one of these tools:",
+           "head_none": "Your working ended without an answer line. Check a step of your working, or a fact it "
+                        "uses, with one of these tools:",
+           "body": """{tool_lines}
+
+To check, reply with these three lines and wait for the Observation:
+Thought: the step I check
+Action: one of [{tool_names}]
+Action Input: the tool's arguments as a JSON object""",
+           "end": "If your working is right, reply with these two lines:\nThought: My working is right.\n"
+                  "Final Answer: {answer}",
+           "end_none": "Then reply with these two lines:\nThought: I have checked my working.\n"
+                       "Final Answer: the answer to the question"},
+    "zh": {"head": "你的解题过程得出的答案是 {answer}。给出它之前，你可以用下面的工具核对解题中的某一步，或它用到的某个事实：",
+           "head_none": "你的解题过程最后没有写出答案。请用下面的工具核对解题中的某一步，或它用到的某个事实：",
+           "body": """{tool_lines}
+
+核对时，请回复这三行，然后等待 Observation：
+Thought: 我要核对的那一步
+Action: [{tool_names}] 之一
+Action Input: 工具的参数，写成 JSON 对象""",
+           "end": "如果你的解题过程是对的，请回复这两行：\nThought: 我的解题过程是对的。\nFinal Answer: {answer}",
+           "end_none": "然后回复这两行：\nThought: 我核对过了。\nFinal Answer: 问题的答案"},
+}
+
 NO_TOOLS = {"en": "(no tools are available: answer directly)", "zh": "（没有可用的工具：请直接回答）"}
 
 EXAMPLES_HEADER = {"en": "Here are examples of the format:", "zh": "以下是该格式的示例："}
@@ -134,6 +166,17 @@ def build_system_prompt(tools, lang: str = "en", examples: list | None = None) -
         prompt = prompt.replace("\n\nBegin!", "").replace("\n\n开始！", "")
         prompt += f"\n\n{EXAMPLES_HEADER[lang]}\n\n{shown}\n\n" + ("开始！" if lang == "zh" else "Begin!")
     return prompt
+
+
+def build_check_prompt(tools, lang: str = "en", answer: str | None = None) -> str:
+    """The user message after the model's own working (`Agent(working_first=True)`): the tools, one line
+    each, the three lines of a check, and the two of the answer (`answer`, the working's, when it has one)."""
+    text = CHECK_PROMPT[lang]
+    lines = "\n".join(f"{t.name_for_model}: {t.description(lang)} Action Input: {skeleton(t)}" for t in tools)
+    body = text["body"].format(tool_lines=lines or NO_TOOLS[lang], tool_names=", ".join(t.name_for_model for t in tools))
+    if answer:
+        return "\n\n".join([text["head"].format(answer=answer), body, text["end"].format(answer=answer)])
+    return "\n\n".join([text["head_none"], body, text["end_none"]])
 
 
 def format_example(example: dict) -> str:

@@ -187,6 +187,8 @@ def _read_labelled_call(reply: str, visible: str, action, given, final, tools) -
     if not name:
         return _error(StepKind.MALFORMED, text, "the Action line did not name a tool", tools)
     tool = find_tool(line, tools)
+    if tool is None and " " in name and input_text and input_text.startswith("{"):
+        tool = _tool_by_parameters(input_text, tools)  # a phrase copied from the format ("the tool's name")
     if tool is None:
         reading = _unknown_tool(name, text, tools)
         reading.action_input = input_text or ""
