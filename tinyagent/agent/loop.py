@@ -10,8 +10,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..format.kinds import StepKind
 from ..format.direct import direct_messages, working_answer
+from ..format.kinds import StepKind
 from ..format.messages import Message, history_to_messages
 from ..format.prompts import build_check_prompt
 from ..format.step_format import require_outlines
