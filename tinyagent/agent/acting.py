@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from ..format import prompts
 from ..format.arguments import bad_input_message
+from ..format.direct import direct_messages, working_answer
 from ..format.kinds import FAILED_CALLS, StepKind
-from ..format.messages import Message
+from ..format.messages import Message, history_to_messages
 from ..format.reading import Reading
 from ..models.base import usage_of
 from ..tools.base import Tool
@@ -21,8 +22,8 @@ ASKED_NOTE = "the reply only reasoned: its Final Answer was asked for in the sam
 
 
 class Acting:
-    """`Agent`'s steps from a reply. Uses the Agent's tools, protocol, hooks and settings, and its
-    `_call_model` (for distilling)."""
+    """`Agent`'s steps from a reply, and the run's conversation and first working. Uses the Agent's tools,
+    protocol, hooks and settings, and its `_call_model`, `_generate` and `_record`."""
 
     def _turn(self, turn: int, generation: Generation, readings: list[Reading], result: AgentResult, lang: str
               ) -> list[Step]:
@@ -113,6 +114,25 @@ class Acting:
         if result is not None:
             result.add_usage(usage_of(reply))
         return str(reply)
+
+    # --- the conversation, and the model's own working first (`working_first`) ----------------------
+
+    def _conversation(self, question: str, history: list | None, lang: str) -> list[Message]:
+        """The run's messages before its steps: the system prompt, the earlier turns, the question; with
+        `working_first`, the question as the model alone is asked it (`format.direct`), the tools later."""
+        if not self.working_first:
+            return [{"role": "system", "content": self.system_prompt_for(lang)}, *history_to_messages(history),
+                    {"role": "user", "content": question}]
+        system = [] if self.system_prompt is None else [{"role": "system", "content": self.system_prompt}]
+        return [*system, *history_to_messages(history), *direct_messages(question, lang)]
+
+    def _work(self, messages: list[Message], result: AgentResult, lang: str) -> Step:
+        """The model's working, decoded free, as a `working` step; its observation, the next user turn, offers
+        the tools to check it, with the working's own answer as the answer to give when it holds."""
+        generation = self._generate(messages, result, purpose="working", free=True)
+        check = prompts.build_check_prompt(self.tools.values(), lang, working_answer(generation.reply))
+        return self._record(result, generation.into(Step(index=0, text=generation.reply, kind=StepKind.WORKING,
+                                                         observation=check)))
 
     # --- answers: asked for after a reply that only reasons, sent back once to be checked -----------
 

@@ -10,10 +10,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..format.direct import direct_messages, working_answer
 from ..format.kinds import StepKind
-from ..format.messages import Message, history_to_messages
-from ..format.prompts import build_check_prompt
+from ..format.messages import Message
 from ..format.step_format import require_outlines
 from ..models.base import BaseModel, usage_of
 from ..text import lang_for, one_line
@@ -159,12 +157,7 @@ class Agent(Acting, TutorialAgent):
         """
         started = time.perf_counter()
         lang = lang_for(self.lang, question)
-        if self.working_first:  # the question as the model alone gets it; the tools come after its working
-            system = [] if self.system_prompt is None else [{"role": "system", "content": self.system_prompt}]
-            messages = [*system, *history_to_messages(history), *direct_messages(question, lang)]
-        else:
-            messages = [{"role": "system", "content": self.system_prompt_for(lang)},
-                        *history_to_messages(history), {"role": "user", "content": question}]
+        messages = self._conversation(question, history, lang)
         result = AgentResult(question=question, lang=lang, protocol=str(self.protocol.name))
         self._run = Run(question, lang, result, self.model, self.tools, self.stop)
         try:
@@ -197,9 +190,7 @@ class Agent(Acting, TutorialAgent):
         """The run's turns (one model reply each, one step per tool call) up to an answer, the turn cap's
         forced answer, or a stop request. With `working_first`, the model's own working comes first."""
         if self.working_first:
-            generation = self._generate(messages, result, purpose="working", free=True)
-            self._record(result, generation.into(Step(index=0, text=generation.reply, kind=StepKind.WORKING,
-                                                      observation=build_check_prompt(self.tools.values(), lang, working_answer(generation.reply)))))
+            self._work(messages, result, lang)
         for turn in range(self.max_turns):
             if self._stop.is_set():
                 return StopReason.STOPPED
