@@ -444,3 +444,38 @@ def test_a_long_answer_is_shown_by_its_end():
     assert shown_answer(reply, 24).endswith("\\boxed{18}.") and len(shown_answer(reply, 24)) == 24
     assert shown_answer(reply, 24).startswith("…") and shown_answer("short", 24) == "short"
     assert shown_answer(None) == "(none)"
+
+
+class Resettable(tinyagent.BaseModel):
+    """Answers 4, alone or after its working, and logs each call and each cache reset."""
+
+    def __init__(self):
+        self.events: list[str] = []
+
+    def generate(self, messages, **kwargs):
+        self.events.append("generate")
+        return "2 + 2 = 4\nThe answer is 4." if len(messages) == 1 else "Final Answer: 4"
+
+    def reset_cache(self):
+        self.events.append("reset")
+
+
+@pytest.mark.parametrize("extra,resets", [([], True), (["--no-fresh-cache"], False), (["--concurrency", "2"], False)])
+def test_each_question_starts_from_a_fresh_cache_when_run_one_at_a_time(tmp_path, monkeypatch, capsys, extra, resets):
+    model = Resettable()
+    monkeypatch.setattr(tinyagent.config, "build_model", lambda cfg: model)
+    suite = write_suite(tmp_path, [{"id": "a", "question": "What is 2 plus 2?", "answer": 4},
+                                   {"id": "b", "question": "And 2 plus 2 again?", "answer": 4}])
+    args = ["--suite", str(suite), "--tools", "calculator", "--no-constrained", "--out", str(tmp_path / "o")]
+    code = ev.main(args + (extra if "--concurrency" in extra else ["--concurrency", "1", *extra]))
+    capsys.readouterr()
+    assert code == 0
+    per_question = ["reset"] if resets else []
+    agent = (per_question + ["generate", "generate"]) * 2  # working first, then its check
+    direct = (per_question + ["generate"]) * 2
+    if "--concurrency" in extra:
+        assert sorted(model.events) == sorted(agent + direct)  # questions in threads: no reset under another's run
+    else:
+        assert model.events == agent + direct
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["run"]["fresh_cache"] is resets and summary["agent"]["n_success"] == 2

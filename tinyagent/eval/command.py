@@ -38,6 +38,21 @@ def direct_factory(cfg, model) -> Callable[[], DirectAnswer]:
     return lambda: DirectAnswer(model, lang=cfg.agent.lang, **cfg.generation_kwargs())
 
 
+def fresh_each(factory: Callable[[], Runner], model, on: bool) -> Callable[[], Runner]:
+    """`factory`, the model's kept conversations forgotten (`reset_cache`) before each question when `on`
+    (questions one at a time): each question then starts from the same cache state, so its result does not
+    depend on the questions before it, and the model alone and an agent's first call (`working_first`)
+    compute the same prompt the same way (llama.cpp's rounding depends on what its shared KV cache holds)."""
+    reset = getattr(model, "reset_cache", None)
+    if not on or reset is None:
+        return factory
+
+    def fresh() -> Runner:
+        reset()
+        return factory()
+    return fresh
+
+
 def default_concurrency(backend: str) -> int:
     """Questions run at once unless --concurrency says: a server takes 4; a local model 8, as many as
     `HFChatModel` decodes in one batch (its `max_batch`), each agent keeping its own cache."""
@@ -74,6 +89,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                         "(also one that only repeats the last tool result); default: the config's")
     p.add_argument("--concurrency", type=int, help="parallel questions (default 4 for the openai backend, 8 for "
                                                    "local models, which decode them in one batch)")
+    p.add_argument("--fresh-cache", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --concurrency 1, forget the model's kept KV cache before each question, so each "
+                        "result is the same whatever came before it (default: on; a local model only)")
     p.add_argument("--limit", type=int, help="only the first N questions")
     p.add_argument("--out", help="output folder (default out/eval-<suite>-<time>)")
     p.add_argument("--resume", action="store_true", help="finish the run in --out: keep its questions, run the rest "
@@ -183,7 +201,10 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         except (OSError, ImportError, ValueError, RuntimeError) as e:
             return fail(f"cannot load the model: {type(e).__name__}: {' '.join(str(e).split())[:300]}", 1)
         summary["run"] = provenance(cfg, args.suite, f"{prog} {shlex.join(argv)}", args.baseline, concurrency)
-        factories = {AGENT: lambda: config.build_agent(cfg, model, tools=tools), DIRECT: direct_factory(cfg, model)}
+        fresh = args.fresh_cache and concurrency == 1
+        factories = {AGENT: fresh_each(lambda: config.build_agent(cfg, model, tools=tools), model, fresh),
+                     DIRECT: fresh_each(direct_factory(cfg, model), model, fresh)}
+        summary["run"]["fresh_cache"] = bool(fresh and hasattr(model, "reset_cache"))
         ids = {item.id for item in items}
         before = max(len(kept[RESULT_FILES[m]]) for m in modes)
         todo = max(len(items) - len(ids & {r["id"] for r in kept[RESULT_FILES[m]]}) for m in modes)

@@ -30,7 +30,8 @@ GIT_TIMEOUT = 5.0  # seconds for `git rev-parse`, which should take milliseconds
 
 #: The settings whose difference `compare` points out, as dotted keys of `run` (the suite is checked apart).
 COMPARED = ("model", "model_sha256", "backend", "dtype", "protocol", "constrained", "tools", "max_turns", "examples",
-            "thought_first", "working_first", "ask_answer", "recheck", "lang", "generation", "prompts_sha256", "version", "commit")
+            "thought_first", "working_first", "ask_answer", "recheck", "lang", "generation", "fresh_cache", "prompts_sha256",
+            "version", "commit")
 #: No bearing on the direct baseline.
 AGENT_SETTINGS = ("protocol", "constrained", "tools", "max_turns", "examples", "thought_first", "working_first", "ask_answer", "recheck")
 
