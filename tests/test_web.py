@@ -414,7 +414,8 @@ def test_tinyagent_web_serves_the_configured_model_until_ctrl_c():
             chat, _ = client.ask("Which year was Jay Chou born?")
             assert text(chat[-1]).startswith("1979")
         assert process.returncode == 0
-        assert stub.requests[-1]["body"]["messages"][1]["content"] == "What is 6*7?"   # the history went along
+        sent = stub.requests[-1]["body"]["messages"]  # working first (decoded free): no system prompt before it
+        assert sent[0]["content"] == "What is 6*7?" and sent[1]["content"].startswith("42")  # the history went along
         everything = "".join(stderr) + process.stderr.read() + process.stdout.read()
         assert SECRET not in everything and "Traceback" not in everything
         assert "tinyagent: Using model stub-model at " in everything   # the model is set up before the page

@@ -397,3 +397,17 @@ def test_people_see_the_working_but_not_the_request_to_check_it():
     working, call, _ = Agent(model, tools=[Calculator()], working_first=True).run(QUESTION).steps
     assert observation_line(working) is None and working.observation.startswith("Your working's answer is 13.")
     assert observation_line(call) == "Observation: 13"
+
+
+@pytest.mark.parametrize("first,kinds", [
+    ("Thought: I compute it.\n" + CALC, ["action", "final_answer"]),  # a call in the first reply runs
+    ("Thought: easy.\nFinal Answer: 13", ["final_answer"]),            # an answer in the first reply stands
+])
+def test_a_first_reply_that_is_already_a_react_step_is_acted_on(first, kinds):
+    model = ScriptedModel([first, "Thought: done\nFinal Answer: 13"])
+    result = Agent(model, tools=[Calculator()], working_first=True).run(QUESTION)
+    assert [s.kind for s in result.steps] == kinds and result.answer == "13"
+    assert model.calls[0]["messages"] == direct_messages(QUESTION, "en")
+    if len(kinds) == 2:
+        assert result.steps[0].observation == "13"
+        assert model.calls[1]["messages"][-1]["content"].endswith("Observation: 13\n")

@@ -126,13 +126,19 @@ class Acting:
         system = [] if self.system_prompt is None else [{"role": "system", "content": self.system_prompt}]
         return [*system, *history_to_messages(history), *direct_messages(question, lang)]
 
-    def _work(self, messages: list[Message], result: AgentResult, lang: str) -> Step:
+    def _work(self, messages: list[Message], result: AgentResult, lang: str) -> Generation | None:
         """The model's working, decoded free, as a `working` step; its observation, the next user turn, offers
-        the tools to check it, with the working's own answer as the answer to give when it holds."""
+        the tools to check it, with the working's own answer as the answer to give when it holds. A working
+        that is already a ReAct step (a call of one of the tools, or a Final Answer: a model that knows the
+        format) is returned for the loop to act on as its first turn, so no call it makes is dropped."""
         generation = self._generate(messages, result, purpose="working", free=True)
+        reading = self.protocol.read(generation.reply, self.tools.values(), lang)[0]
+        if reading.kind in (StepKind.ACTION, StepKind.FINAL_ANSWER):
+            return generation
         check = prompts.build_check_prompt(self.tools.values(), lang, working_answer(generation.reply))
-        return self._record(result, generation.into(Step(index=0, text=generation.reply, kind=StepKind.WORKING,
-                                                         observation=check)))
+        self._record(result, generation.into(Step(index=0, text=generation.reply, kind=StepKind.WORKING,
+                                                  observation=check)))
+        return None
 
     # --- answers: asked for after a reply that only reasons, sent back once to be checked -----------
 

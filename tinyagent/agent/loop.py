@@ -189,14 +189,13 @@ class Agent(Acting, TutorialAgent):
     def _steps(self, messages: list[Message], result: AgentResult, lang: str) -> StopReason:
         """The run's turns (one model reply each, one step per tool call) up to an answer, the turn cap's
         forced answer, or a stop request. With `working_first`, the model's own working comes first."""
-        if self.working_first:
-            self._work(messages, result, lang)
+        first = self._work(messages, result, lang) if self.working_first else None  # a step already, or None
         for turn in range(self.max_turns):
             if self._stop.is_set():
                 return StopReason.STOPPED
             lead = self.protocol.lead if self.thought_first and not self.constrained else ""
-            generation = self._generate(messages, result, lead=lead)
-            readings = self.protocol.read(generation.reply, self.tools.values(), lang)
+            generation = first or self._generate(messages, result, lead=lead)
+            first, readings = None, self.protocol.read(generation.reply, self.tools.values(), lang)
             asked = (self._answer_asked(messages, result, generation, lang) if self.ask_answer
                      and self.protocol.react_text and not self.constrained and len(readings) == 1
                      and readings[0].thought_only else None)
