@@ -7,7 +7,9 @@ import pytest
 from conftest import ScriptedModel
 
 from tinyagent import Agent, BaseModel, tool
+from tinyagent.agent.direct import DirectAnswer
 from tinyagent.eval.scoring import VALID_KINDS
+from tinyagent.format.direct import direct_messages, working_answer
 from tinyagent.format.examples import examples_for
 from tinyagent.format.prompts import (
     ANSWER_LEAD,
@@ -15,6 +17,7 @@ from tinyagent.format.prompts import (
     RECHECK,
     RECHECK_RESULT,
     THOUGHT_LEAD,
+    build_check_prompt,
     build_system_prompt,
 )
 from tinyagent.format.reading import read_step
@@ -148,25 +151,30 @@ def test_no_lead_when_constrained_or_in_the_tools_protocol():
 @pytest.mark.parametrize("question", ["Ann has 3 bags of 4 apples and finds one more. How many?",
                                       "小明有3袋苹果，每袋4个，又捡到1个。一共有几个？"])
 def test_the_prompt_only_grows_on_a_real_chat_template(tiny_llama_dir, question):
+    wrong = '\nAction: weather\nAction Input: {"city": "x"}'
+    replies = [" 3 * 4 = 12." + wrong, "\nFinal Answer: 12", " 3 * 4 + 1 = 13\n" + CALC, " done.", " 13"]
+    result = run_on_real_template(tiny_llama_dir, replies, question, max_turns=4, thought_first=True)
+    assert [s.kind for s in result.steps] == ["unknown_tool", "recheck", "action", "answer_asked"]
+
+
+def run_on_real_template(tiny_llama_dir, replies, question, **agent_kwargs):
+    """An agent's run over `replies` (taken as written), with each prompt rendered by the tiny Llama's real
+    chat template and checked to extend the last one token for token; the run's result."""
     from tinyagent.models import HFChatModel
 
     real = HFChatModel(str(tiny_llama_dir), dtype="float32", max_batch=1)
+    ids: list[list[int]] = []
 
     class Tokens(Continuing):
-        """Continuing, and the real template's token ids of each prompt."""
-
-        ids: list[list[int]] = []
-
         def generate(self, messages, stop=None, **kwargs):
-            self.ids.append(real.encode_prompt(real.render_prompt(messages)))
+            ids.append(real.encode_prompt(real.render_prompt(messages)))
             return super().generate(messages, stop, **kwargs)
 
-    wrong = '\nAction: weather\nAction Input: {"city": "x"}'
-    model = Tokens([" 3 * 4 = 12." + wrong, "\nFinal Answer: 12", " 3 * 4 + 1 = 13\n" + CALC, " done.", " 13"])
-    result = Agent(model, tools=[Calculator()], max_turns=4, thought_first=True).run(question)
-    assert [s.kind for s in result.steps] == ["unknown_tool", "recheck", "action", "answer_asked"]
-    for before, after in zip(model.ids, model.ids[1:]):
+    result = Agent(Tokens(replies), tools=[Calculator()], **agent_kwargs).run(question)
+    assert len(ids) == len(replies)
+    for before, after in zip(ids, ids[1:]):
         assert after[: len(before)] == before  # each prompt extends the last, token for token
+    return result
 
 
 # --- the prompts, in full ------------------------------------------------------------------------
@@ -262,10 +270,6 @@ def test_a_thought_only_reply_is_asked_its_answer_without_the_lead_too():
 
 
 # --- the model's own working first (`working_first`) ----------------------------------------------
-
-from tinyagent.agent.direct import DirectAnswer  # noqa: E402
-from tinyagent.format.direct import direct_messages, working_answer  # noqa: E402
-from tinyagent.format.prompts import build_check_prompt  # noqa: E402
 
 QUESTION = "Ann has 3 bags of 4 apples and finds one more. How many apples does she have?"
 ALONE = "3 bags of 4 apples is 3 * 4 = 12.\nWith one more: 12 + 1 = 13.\nThe answer is 13."
@@ -371,23 +375,10 @@ def test_the_answer_a_working_ends_on(reply, answer):
 @pytest.mark.parametrize("question", ["Ann has 3 bags of 4 apples and finds one more. How many?",
                                       "小明有3袋苹果，每袋4个，又捡到1个。一共有几个？"])
 def test_working_first_prompts_only_grow_on_a_real_chat_template(tiny_llama_dir, question):
-    from tinyagent.models import HFChatModel
-
-    real = HFChatModel(str(tiny_llama_dir), dtype="float32", max_batch=1)
-
-    class Tokens(Continuing):
-        ids: list[list[int]] = []
-
-        def generate(self, messages, stop=None, **kwargs):
-            self.ids.append(real.encode_prompt(real.render_prompt(messages)))
-            return super().generate(messages, stop, **kwargs)
-
-    model = Tokens(["3 * 4 = 12 and 12 + 1 = 13.\nThe answer is 13.", "Thought: check it\n" + CALC,
-                    "Thought: it is 13\nFinal Answer: 13"])
-    result = Agent(model, tools=[Calculator()], working_first=True).run(question)
+    replies = ["3 * 4 = 12 and 12 + 1 = 13.\nThe answer is 13.", "Thought: check it\n" + CALC,
+               "Thought: it is 13\nFinal Answer: 13"]
+    result = run_on_real_template(tiny_llama_dir, replies, question, working_first=True)
     assert [s.kind for s in result.steps] == ["working", "action", "final_answer"]
-    for before, after in zip(model.ids, model.ids[1:]):
-        assert after[: len(before)] == before  # each prompt extends the last, token for token
 
 
 def test_people_see_the_working_but_not_the_request_to_check_it():

@@ -102,8 +102,8 @@ class Agent(Acting, TutorialAgent):
         if recheck not in RECHECKS:
             raise ValueError(f"recheck must be one of {', '.join(RECHECKS)} (or True / False), not {recheck!r}")
         self.constrained, self.tool_timeout, self.recheck = constrained, tool_timeout, recheck
-        if working_first is None:  # on where it was measured to help: ReAct text, decoded free
-            working_first = self.protocol.react_text and not constrained
+        if working_first is None:
+            working_first = default_working_first(self.protocol.react_text, constrained)
         self.thought_first, self.ask_answer, self.working_first = thought_first, ask_answer, working_first
         if working_first and not self.protocol.react_text:
             raise ValueError("working_first needs the ReAct protocol (protocol='react'), not "
@@ -279,6 +279,11 @@ class Agent(Acting, TutorialAgent):
             guarded(self.on_step, "on_step", step)
         notify(self.hooks, "on_step", step)
         return step
+
+
+def default_working_first(react_text: bool, constrained: bool) -> bool:
+    """What `working_first=None` means: on where it was measured to help, ReAct text decoded free."""
+    return react_text and not constrained
 
 
 class _ModelFailed(Exception):

@@ -40,15 +40,14 @@ def direct_factory(cfg, model) -> Callable[[], DirectAnswer]:
 
 def fresh_each(factory: Callable[[], Runner], model, on: bool) -> Callable[[], Runner]:
     """`factory`, the model's kept conversations forgotten (`reset_cache`) before each question when `on`
-    (questions one at a time): each question then starts from the same cache state, so its result does not
+    (questions one at a time, a model that keeps them): each question then starts from the same cache state, so its result does not
     depend on the questions before it, and the model alone and an agent's first call (`working_first`)
     compute the same prompt the same way (llama.cpp's rounding depends on what its shared KV cache holds)."""
-    reset = getattr(model, "reset_cache", None)
-    if not on or reset is None:
+    if not on:
         return factory
 
     def fresh() -> Runner:
-        reset()
+        model.reset_cache()
         return factory()
     return fresh
 
@@ -201,10 +200,10 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         except (OSError, ImportError, ValueError, RuntimeError) as e:
             return fail(f"cannot load the model: {type(e).__name__}: {' '.join(str(e).split())[:300]}", 1)
         summary["run"] = provenance(cfg, args.suite, f"{prog} {shlex.join(argv)}", args.baseline, concurrency)
-        fresh = args.fresh_cache and concurrency == 1
+        fresh = args.fresh_cache and concurrency == 1 and hasattr(model, "reset_cache")
         factories = {AGENT: fresh_each(lambda: config.build_agent(cfg, model, tools=tools), model, fresh),
                      DIRECT: fresh_each(direct_factory(cfg, model), model, fresh)}
-        summary["run"]["fresh_cache"] = bool(fresh and hasattr(model, "reset_cache"))
+        summary["run"]["fresh_cache"] = fresh
         ids = {item.id for item in items}
         before = max(len(kept[RESULT_FILES[m]]) for m in modes)
         todo = max(len(items) - len(ids & {r["id"] for r in kept[RESULT_FILES[m]]}) for m in modes)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from .. import config
+from ..agent.loop import default_working_first
 from ..engine.gguf_cache import cache_root
 from ..format.direct import DIRECT_PROMPT
 from ..format.prompts import CHECK_PROMPT, FORCE_FINAL, REACT_PROMPT, RECHECK, THOUGHT_LEAD
@@ -149,4 +150,4 @@ def _working_first(cfg: config.Config) -> bool | None:
     a = cfg.agent
     if a.working_first is not None or a.protocol == "auto":
         return a.working_first
-    return a.protocol == "react" and not a.constrained
+    return default_working_first(a.protocol == "react", bool(a.constrained))

@@ -55,4 +55,4 @@ def working_answer(reply: str) -> str | None:
     if line is not None:
         return line
     found = _BOXED.findall(mask_thinking(reply))
-    return found[-1].strip() or None if found else None
+    return (found[-1].strip() or None) if found else None

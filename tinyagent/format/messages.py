@@ -44,10 +44,11 @@ def prompt_messages(messages: list[Message], steps, suffix: str = "") -> list[Me
     A `working` step (the model's own working, first) is a turn of its own: its reply, then the user
     message asking to check it (the step's observation); the scratchpad of the steps after it follows."""
     messages = list(messages)
-    first = next((i + 1 for i, s in enumerate(steps) if s.kind == StepKind.WORKING), 0)
-    for s in steps[:first]:
-        messages += [{"role": "assistant", "content": s.text}, {"role": "user", "content": s.observation or ""}]
-    pad = scratchpad(steps[first:], suffix)
+    if steps and steps[0].kind == StepKind.WORKING:  # only ever a run's first step
+        working, *steps = steps
+        messages += [{"role": "assistant", "content": working.text},
+                     {"role": "user", "content": working.observation or ""}]
+    pad = scratchpad(steps, suffix)
     return [*messages, {"role": "assistant", "content": pad}] if pad else messages
 
 
