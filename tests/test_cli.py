@@ -153,12 +153,12 @@ def test_options_override_the_config_file(use_model, capsys, tmp_path):
     model = use_model(StreamingModel(["Final Answer: 好"]))
     code, _, _ = run_cli(capsys, "ask", "--config", str(cfg_file), "--model", str(folder), "--device", "cpu",
                          "--lang", "zh", "--max-new-tokens", "20", "--temperature", "0.5",
-                         "--tools", "calculator", "--no-working-first", "hello")
+                         "--tools", "calculator", "--no-working-first", "--no-check-arithmetic", "hello")
     assert code == 0
     cfg = model.built_from
     assert (cfg.model.backend, cfg.model.path, cfg.model.device) == ("internlm2", str(folder), "cpu")
     assert (cfg.agent.lang, cfg.agent.max_turns, cfg.agent.tools) == ("zh", 4, ["calculator"])
-    assert cfg.agent.working_first is False  # the flag over the file's true
+    assert cfg.agent.working_first is False and cfg.agent.check_arithmetic is False  # the flags over the file
     assert model.calls[0]["kwargs"]["max_new_tokens"] == 20 and model.calls[0]["kwargs"]["temperature"] == 0.5
     assert "请尽你所能" in model.calls[0]["messages"][0]["content"]
     model = use_model(StreamingModel(["x, as asked.\nThe answer is x.", "Final Answer: x"]))

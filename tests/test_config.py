@@ -38,7 +38,8 @@ def test_defaults_are_the_embedded_model_with_all_tools():
     assert cfg.agent.agent_kwargs() == {"lang": "auto", "max_turns": 5, "max_observation_chars": 4000,
                                         "llm_fallback": False, "distill_observations": False, "constrained": True,
                                         "protocol": "react", "examples": False, "recheck": "failed", "ask_answer": True,
-                                        "thought_first": False, "working_first": None}
+                                        "thought_first": False, "working_first": None,
+                                        "check_arithmetic": None}
 
 
 def test_default_yaml_matches_the_built_in_defaults():

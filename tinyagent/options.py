@@ -34,6 +34,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--working-first", action=argparse.BooleanOptionalAction, help="ReAct: the model first works "
                    "the question out as it would alone, then is offered the tools to check it (default: on when "
                    "decoding free)")
+    g.add_argument("--check-arithmetic", action=argparse.BooleanOptionalAction, help="with --working-first: the "
+                   "calculator checks the working's arithmetic and sets its first wrong result right, the model "
+                   "going on from there (default: on with the calculator)")
     g.add_argument("--approve", action="store_true", help="ask before each call of an MCP server's tool "
                    "(y / a / e / n on the terminal, a card on the chat page); agent.approve names tools one by one")
     g.add_argument("--otel", action="store_true", help="OpenTelemetry spans for runs, model and tool calls, "
@@ -67,7 +70,8 @@ def config_from_args(args: argparse.Namespace) -> configuration.Config:
         "model.gguf_file": args.gguf_file, "model.device": args.device, "model.dtype": args.dtype,
         "agent.lang": args.lang, "agent.max_turns": args.max_turns, "agent.corpus": args.corpus,
         "agent.constrained": args.constrained, "agent.protocol": args.protocol,
-        "agent.working_first": args.working_first, "agent.approve_mcp": "ask" if args.approve else None,
+        "agent.working_first": args.working_first, "agent.check_arithmetic": args.check_arithmetic,
+        "agent.approve_mcp": "ask" if args.approve else None,
         "agent.otel": True if args.otel else None,
         "agent.tools": None if tools is None else [t.strip() for t in tools.split(",") if t.strip()],
         "generation.max_new_tokens": args.max_new_tokens, "generation.temperature": args.temperature,

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from ..format import prompts
 from ..format.arguments import bad_input_message
-from ..format.direct import direct_messages, working_answer
+from ..format.direct import CORRECTION_NOTE, direct_messages, working_answer
 from ..format.kinds import FAILED_CALLS, StepKind
 from ..format.messages import Message, history_to_messages
 from ..format.reading import Reading
 from ..models.base import usage_of
+from ..tools import arithmetic
 from ..tools.base import Tool
 from . import context, observations, tool_calls
 from .approval import Approver
@@ -19,6 +20,7 @@ from .hooks import ToolCall, guarded
 from .results import AgentResult, Generation, Step
 
 ASKED_NOTE = "the reply only reasoned: its Final Answer was asked for in the same step"
+MAX_CORRECTIONS = 4  # wrong steps of one working the calculator sets right (`check_arithmetic`)
 
 
 class Acting:
@@ -130,15 +132,46 @@ class Acting:
         """The model's working, decoded free, as a `working` step; its observation, the next user turn, offers
         the tools to check it, with the working's own answer as the answer to give when it holds. A working
         that is already a ReAct step (a call of one of the tools, or a Final Answer: a model that knows the
-        format) is returned for the loop to act on as its first turn, so no call it makes is dropped."""
+        format) is returned for the loop to act on as its first turn, so no call it makes is dropped.
+        With `check_arithmetic`, the working's written arithmetic is set right first (`_corrected`)."""
         generation = self._generate(messages, result, purpose="working", free=True)
         reading = self.protocol.read(generation.reply, self.tools.values(), lang)[0]
         if reading.kind in (StepKind.ACTION, StepKind.FINAL_ANSWER):
             return generation
+        if self.check_arithmetic:
+            generation = self._corrected(messages, result, generation, lang)
         check = prompts.build_check_prompt(self.tools.values(), lang, working_answer(generation.reply))
         self._record(result, generation.into(Step(index=0, text=generation.reply, kind=StepKind.WORKING,
                                                   observation=check)))
         return None
+
+    def _corrected(self, messages: list[Message], result: AgentResult, generation: Generation,
+                   lang: str) -> Generation:
+        """The working with its written arithmetic set right (`tools.arithmetic`): cut at the first result the
+        calculator finds wrong, that result replaced by the calculator's, and the rest written again by the
+        model from there, so the steps after it use the right number; up to MAX_CORRECTIONS times. Each
+        correction is a note of the step; the step's reply is the working as corrected."""
+        text, notes, seconds = generation.reply, list(generation.notes), generation.seconds
+        completion = generation.usage.get("completion_tokens")
+        usage = generation.usage
+        for _ in range(MAX_CORRECTIONS):
+            wrong = arithmetic.wrong_claims(text)
+            start = arithmetic.corrected(text, wrong[0]) if wrong else None
+            if start is None:
+                break
+            note = CORRECTION_NOTE[lang].format(claim=wrong[0], expression=wrong[0].expression,
+                                               value=wrong[0].computed)
+            notes.append(note)
+            if self.on_text is not None:
+                shown = start.rstrip("\n").rsplit("\n", 1)[-1] + start[len(start.rstrip("\n")):]
+                guarded(self.on_text, "on_text", f"\n[{note}]\n{shown}")  # the line set right, as it goes on
+            more = self._generate(messages, result, suffix=start, purpose="correction", free=True)
+            text, seconds, usage = start + more.reply, seconds + more.seconds, more.usage
+            notes += more.notes
+            if completion is not None and more.usage.get("completion_tokens") is not None:
+                completion += more.usage["completion_tokens"]
+        # the step's prompt is the last call's; its reply counts every call's tokens
+        return Generation(text, {**usage, "completion_tokens": completion}, seconds, notes)
 
     # --- answers: asked for after a reply that only reasons, sent back once to be checked -----------
 

@@ -17,6 +17,7 @@ from ..models.base import BaseModel, usage_of
 from ..text import lang_for, one_line
 from ..tools.base import Tool
 from ..tools.base import tool as make_tool
+from ..tools.calculator import Calculator
 from ..tools.llm_tool import LLMTool
 from ..tutorial import TutorialAgent
 from . import context
@@ -52,6 +53,9 @@ class Agent(Acting, TutorialAgent):
     `working_first=True` (ReAct only) has the model first answer as it would alone (the direct prompt of
     `format.direct`, no tools), then offers it the tools to check that working, with the working's answer
     as the answer to give when it holds; None: on for ReAct decoded free (the config's default).
+    `check_arithmetic=True` (with `working_first`) has the calculator check the working's written arithmetic
+    and set its first wrong result right, the model going on from there (`tools.arithmetic`); None: on when
+    the calculator is one of the tools.
     """
 
     def __init__(
@@ -77,6 +81,7 @@ class Agent(Acting, TutorialAgent):
         thought_first: bool = False,
         ask_answer: bool = True,
         working_first: bool | None = False,
+        check_arithmetic: bool | None = None,
         **generate_kwargs,
     ):
         if lang not in ("auto", "en", "zh"):
@@ -108,6 +113,10 @@ class Agent(Acting, TutorialAgent):
         if working_first and not self.protocol.react_text:
             raise ValueError("working_first needs the ReAct protocol (protocol='react'), not "
                              f"{self.protocol.name!r}")
+        if check_arithmetic and not working_first:
+            raise ValueError("check_arithmetic checks the model's own working: it needs working_first")
+        self.check_arithmetic = working_first and (has_calculator(self.tools.values()) if check_arithmetic is None
+                                                   else check_arithmetic)
         self.on_step, self.on_text = on_step, on_text
         self.hooks: list[Hooks] = ([as_approver(approve)] if approve is not None else []) + list(hooks or [])
         self.generate_kwargs = generate_kwargs
@@ -279,6 +288,11 @@ class Agent(Acting, TutorialAgent):
             guarded(self.on_step, "on_step", step)
         notify(self.hooks, "on_step", step)
         return step
+
+
+def has_calculator(tools) -> bool:
+    """Whether the shipped calculator is among `tools`: what `check_arithmetic=None` turns on for."""
+    return any(isinstance(t, Calculator) for t in tools)
 
 
 def default_working_first(react_text: bool, constrained: bool) -> bool:

@@ -86,6 +86,9 @@ class AgentConfig:
     working_first: bool | None = None    # ReAct: the model first works the question out as it would alone (no
                                          # tools, no format), then is offered the tools to check it; null: on for
                                          # free decoding, off when constrained (measured: evals/README.md)
+    check_arithmetic: bool | None = None  # with working_first: the calculator checks the working's written
+                                         # arithmetic, its first wrong result is set right and the model goes on
+                                         # from there; null: on when the calculator is one of the tools
     approve: dict[str, str] = field(default_factory=dict)  # {tool_name: ask | always | never} before each call
     approve_mcp: str = "always"          # MCP tools not named in `approve` (--approve: ask); built-ins: always
     otel: bool = False                   # OpenTelemetry spans for runs, model and tool calls (needs tinyagent[otel])

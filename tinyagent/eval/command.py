@@ -81,6 +81,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--working-first", action=argparse.BooleanOptionalAction,
                    help="the model's own working first (as alone), then the tools and format to check it "
                         "(default: the config's)")
+    p.add_argument("--check-arithmetic", action=argparse.BooleanOptionalAction,
+                   help="with --working-first: the calculator checks the working's written arithmetic and sets its "
+                        "first wrong result right, the model going on from there (default: the config's)")
     p.add_argument("--ask-answer", action=argparse.BooleanOptionalAction,
                    help="ask a reply that only reasons for its Final Answer in the same step (default: the config's)")
     p.add_argument("--recheck", choices=RECHECKS,
@@ -104,7 +107,7 @@ def _load_config(args) -> config.Config:
     overrides: dict = {"agent.max_turns": args.max_turns, "generation.max_new_tokens": args.max_new_tokens,
                        "agent.protocol": args.protocol, "agent.constrained": args.constrained,
                        "agent.examples": args.examples, "agent.thought_first": args.thought_first,
-                       "agent.working_first": args.working_first,
+                       "agent.working_first": args.working_first, "agent.check_arithmetic": args.check_arithmetic,
                        "agent.recheck": args.recheck, "agent.ask_answer": args.ask_answer}
     if args.tools is not None:
         overrides["agent.tools"] = [t.strip() for t in args.tools.split(",") if t.strip()]

@@ -31,10 +31,11 @@ GIT_TIMEOUT = 5.0  # seconds for `git rev-parse`, which should take milliseconds
 
 #: The settings whose difference `compare` points out, as dotted keys of `run` (the suite is checked apart).
 COMPARED = ("model", "model_sha256", "backend", "dtype", "protocol", "constrained", "tools", "max_turns", "examples",
-            "thought_first", "working_first", "ask_answer", "recheck", "lang", "generation", "fresh_cache", "prompts_sha256",
-            "version", "commit")
+            "thought_first", "working_first", "check_arithmetic", "ask_answer", "recheck", "lang", "generation",
+            "fresh_cache", "prompts_sha256", "version", "commit")
 #: No bearing on the direct baseline.
-AGENT_SETTINGS = ("protocol", "constrained", "tools", "max_turns", "examples", "thought_first", "working_first", "ask_answer", "recheck")
+AGENT_SETTINGS = ("protocol", "constrained", "tools", "max_turns", "examples", "thought_first", "working_first",
+                  "check_arithmetic", "ask_answer", "recheck")
 
 
 def file_sha256(path: Path) -> str:
@@ -134,7 +135,7 @@ def provenance(cfg: config.Config, suite: str | Path, command: str, baseline: st
         "device": m.device, "dtype": m.dtype, "protocol": cfg.agent.protocol,
         "constrained": bool(cfg.agent.constrained), "tools": config.select_tools(cfg)[0], "max_turns": cfg.agent.max_turns,
         "examples": cfg.agent.examples, "thought_first": cfg.agent.thought_first,
-        "working_first": _working_first(cfg),
+        "working_first": _working_first(cfg), "check_arithmetic": _check_arithmetic(cfg),
         "ask_answer": cfg.agent.ask_answer, "recheck": cfg.agent.recheck,
         "lang": cfg.agent.lang,
         "generation": cfg.generation_kwargs(), "baseline": baseline, "concurrency": concurrency,
@@ -151,3 +152,15 @@ def _working_first(cfg: config.Config) -> bool | None:
     if a.working_first is not None or a.protocol == "auto":
         return a.working_first
     return default_working_first(a.protocol == "react", bool(a.constrained))
+
+
+def _check_arithmetic(cfg: config.Config) -> bool | None:
+    """`agent.check_arithmetic` as the run used it: only with the working first; null resolved as the Agent
+    resolves it (on when the calculator is one of the tools)."""
+    working_first = _working_first(cfg)
+    if working_first is None:
+        return None
+    if not working_first:
+        return False
+    a = cfg.agent
+    return a.check_arithmetic if a.check_arithmetic is not None else "calculator" in config.select_tools(cfg)[0]

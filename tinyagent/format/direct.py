@@ -32,6 +32,13 @@ def direct_messages(question: str, lang: str = "en") -> list[dict]:
     return [{"role": "user", "content": DIRECT_PROMPT[lang].format(question=question)}]
 
 
+# `Agent(check_arithmetic=True)`: a note of the working step for each result the calculator set right.
+CORRECTION_NOTE = {
+    "en": "calculator: {claim} is wrong, {expression} = {value}; the working goes on from there",
+    "zh": "计算器：{claim} 是错的，{expression} = {value}；解题过程从这里接着写",
+}
+
+
 def read_direct_answer(reply: str) -> str | None:
     """The answer on the reply's last answer line ("The answer is X." / "答案是 X。"), or None when the
     reply has none. Text inside a reasoning block (`<think>`) does not count."""
