@@ -98,10 +98,12 @@ def test_the_model_goes_on_from_its_first_wrong_result_set_right():
 
 def test_a_working_is_set_right_at_most_a_few_times():
     again = "x: 3 + 6 + 9 = 20\nThe answer is 57."
-    model = ScriptedModel([again] * (MAX_CORRECTIONS + 1) + ["Final Answer: 57"])
+    model = ScriptedModel([again] * (MAX_CORRECTIONS + 1) + ["Final Answer: 57"], usage=(7, 3))
     result = Agent(model, tools=[Calculator()], working_first=True).run("Add 3, 6 and 9.")
-    assert len(model.calls) == MAX_CORRECTIONS + 2 and len([n for n in result.steps[0].notes if "calculator" in n]) \
+    working = result.steps[0]
+    assert len(model.calls) == MAX_CORRECTIONS + 2 and len([n for n in working.notes if "calculator" in n]) \
         == MAX_CORRECTIONS
+    assert (working.prompt_tokens, working.completion_tokens) == (7, 3 * (MAX_CORRECTIONS + 1))  # every call's
 
 
 def test_only_with_the_calculator_and_the_working_first_unless_asked():

@@ -151,27 +151,19 @@ class Acting:
         calculator finds wrong, that result replaced by the calculator's, and the rest written again by the
         model from there, so the steps after it use the right number; up to MAX_CORRECTIONS times. Each
         correction is a note of the step; the step's reply is the working as corrected."""
-        text, notes, seconds = generation.reply, list(generation.notes), generation.seconds
-        completion = generation.usage.get("completion_tokens")
-        usage = generation.usage
         for _ in range(MAX_CORRECTIONS):
-            wrong = arithmetic.wrong_claims(text)
-            start = arithmetic.corrected(text, wrong[0]) if wrong else None
+            wrong = arithmetic.wrong_claims(generation.reply)
+            start = arithmetic.corrected(generation.reply, wrong[0]) if wrong else None
             if start is None:
                 break
             note = CORRECTION_NOTE[lang].format(claim=wrong[0], expression=wrong[0].expression,
                                                value=wrong[0].computed)
-            notes.append(note)
             if self.on_text is not None:
                 shown = start.rstrip("\n").rsplit("\n", 1)[-1] + start[len(start.rstrip("\n")):]
                 guarded(self.on_text, "on_text", f"\n[{note}]\n{shown}")  # the line set right, as it goes on
             more = self._generate(messages, result, suffix=start, purpose="correction", free=True)
-            text, seconds, usage = start + more.reply, seconds + more.seconds, more.usage
-            notes += more.notes
-            if completion is not None and more.usage.get("completion_tokens") is not None:
-                completion += more.usage["completion_tokens"]
-        # the step's prompt is the last call's; its reply counts every call's tokens
-        return Generation(text, {**usage, "completion_tokens": completion}, seconds, notes)
+            generation = generation.then(more, start + more.reply, note)
+        return generation
 
     # --- answers: asked for after a reply that only reasons, sent back once to be checked -----------
 
@@ -187,11 +179,7 @@ class Acting:
         answer = self.protocol.forced_answer(more.reply, lang)
         if not answer:
             return None
-        # the step's prompt is the second (longer) one; its reply is both calls' tokens
-        usage = {**more.usage, "completion_tokens": None if more.usage.get("completion_tokens") is None else
-                 (generation.usage.get("completion_tokens") or 0) + more.usage["completion_tokens"]}
-        return Generation(f"{asked} {answer}", usage, generation.seconds + more.seconds,
-                          [*generation.notes, *more.notes, ASKED_NOTE])
+        return generation.then(more, f"{asked} {answer}", ASKED_NOTE)
 
     def _recheck_of(self, step: Step, result: AgentResult, turn: int, lang: str) -> str | None:
         """The observation that sends an answer back once to be checked, or None to take it: an answer right

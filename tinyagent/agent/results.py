@@ -103,6 +103,13 @@ class Generation:
     seconds: float
     notes: list[str]                # how the prompt was shortened to fit the context window
 
+    def then(self, more: Generation, reply: str, *notes: str) -> Generation:
+        """This call and the one that went on from it (`more`) as one step's: its reply `reply`, its prompt
+        the second (longer) one, its generated tokens and seconds both calls', every note."""
+        first, second = self.usage.get("completion_tokens"), more.usage.get("completion_tokens")
+        usage = {**more.usage, "completion_tokens": None if second is None else (first or 0) + second}
+        return Generation(reply, usage, self.seconds + more.seconds, [*self.notes, *more.notes, *notes])
+
     def into(self, step: Step) -> Step:
         """`step` with this call's counts, time and notes filled in."""
         step.prompt_tokens, step.completion_tokens = self.usage["prompt_tokens"], self.usage["completion_tokens"]
