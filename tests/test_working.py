@@ -367,6 +367,12 @@ def test_the_check_prompt_says_what_it_must_in_each_language(lang):
     ("The answer is 12.\nso \\boxed{13}", "12"),  # an answer line, written as asked, comes first
     ("3 * 4 = 12, then 12 + 1.", None),
     ("\\boxed{}", None),
+    ("The answer is \\boxed{1024}.", "1024"),            # as people read it: no LaTeX around it
+    ("Therefore, the answer is \\(\\boxed{28}\\).", "28"),
+    ("The answer is \\boxed{18} liters.", "18 liters"),
+    ("Therefore, the answer is X = 1994.", "1994"),      # the prompt's placeholder copied
+    ("The answer is X: Apple Remote.", "Apple Remote"),
+    ("The answer is $200.", "$200"),                      # a currency sign stays
 ])
 def test_the_answer_a_working_ends_on(reply, answer):
     assert working_answer(reply) == answer

@@ -56,10 +56,21 @@ _BOXED = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
 
 
 def working_answer(reply: str) -> str | None:
-    """The answer a worked reply ends on: its answer line, else its last `\\boxed{...}` (where models
-    trained on maths put it), else None."""
+    """The answer a worked reply ends on, as people read it (`plain_answer`): its answer line, else its last
+    `\\boxed{...}` (where models trained on maths put it), else None."""
     line = read_direct_answer(reply)
-    if line is not None:
-        return line
-    found = _BOXED.findall(mask_thinking(reply))
-    return (found[-1].strip() or None) if found else None
+    if line is None:
+        found = _BOXED.findall(mask_thinking(reply))
+        line = found[-1] if found else None
+    return (plain_answer(line) or None) if line is not None else None
+
+
+_DELIMITERS = re.compile(r"\\[()\[\]]")
+_PLACEHOLDER = re.compile(r"^X\s*[=:]\s*(?=\S)")  # "X = 1994": the prompt's X copied before the answer
+
+
+def plain_answer(answer: str) -> str:
+    """An answer without the LaTeX around it: `\\(\\boxed{28}\\)` as 28, `\\boxed{18} liters` as 18 liters, and
+    without the prompt's placeholder ("X = 1994" as 1994). Currency signs and fractions stay."""
+    text = _DELIMITERS.sub("", _BOXED.sub(lambda m: m.group(1), answer)).strip()
+    return _PLACEHOLDER.sub("", text).strip(_TRIM)
