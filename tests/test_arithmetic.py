@@ -37,6 +37,16 @@ def found(text):
     ("2 / 3 = 0.66", [("2 / 3", "0.66", True)]),
     ("260 / 3 = 86.5", [("260 / 3", "86.5", False)]),
     ("22 / 7 ≈ 3.14 and 22 / 7 \\approx 3.5", [("22 / 7", "3.14", True), ("22 / 7", "3.5", False)]),
+    ("10 / 3 ≈ 3 and 100 / 7 ≈ 14.3", [("10 / 3", "3", True), ("100 / 7", "14.3", True)]),  # rounded as written
+    ("3 + 4 × 2 = 14", [("3 + 4*2", "14", True)]),   # a running total written in order, as workings mean it
+    ("3 + 4 × 2 = 12", [("3 + 4*2", "12", False)]),
+    ("3² + 4² = 25", [("3^2 + 4^2", "25", True)]),
+    ("2 ** 3 + 1 = 9", [("2 ** 3 + 1", "9", True)]),   # a power, not markdown bold
+    ("\\( 2\\frac{1}{2} \\times 4 = 11 \\)", [("(2+1/2) * 4", "11", False)]),  # two and a half
+    ("\\( \\frac12 \\times 10 = 5 \\)", [("(1/2) * 10", "5", True)]),
+    ("17 / 5 = 3 * 5 = 15, remainder 2", [("3 * 5", "15", True)]),
+    ("6 rows × (2 + 1) = 18", []), ("20 – 5 + 3 = 18", [("20 - 5 + 3", "18", True)]),
+    ("（2）3+4=7", [("3+4", "7", True)]),  # a list's number, not 2 * 3
 ])
 def test_the_claims_of_a_line(text, expected):
     assert found(text) == expected
@@ -48,6 +58,12 @@ def test_the_claims_of_a_line(text, expected):
     "(1 + 0.10) = 400 \\text{ m/s} \\times 1.10",  # and the right side
     "18 = 18", "The year 1979 = the year of his birth", "a - b = c",
     "12:30 + 1 = 13", "see (2) 3 = 4",
+    # found by review: each was read as a wrong result before
+    "3/4 = 75%", "\\frac{3}{4} = 75\\%", "(120 - 100) / 100 = 20%.", "3/4 = 3:4", "Half of 24 + 6 = 18",
+    "10% of 200 + 200 = 220", "He buys 3 packs of 4 + 2 = 14 pens", "3 times 4 + 2 = 14", "twice 5 + 3 = 13",
+    "2 1/2 * 4 = 10", "Step 2 (3 + 4) * 2 = 14", "**Step 2** (3 + 4) * 2 = 14", "②3+4=7",
+    "12 345 + 655 = 13 000", "√ 16 + 2 = 6", "from 1990-2023 = 33 years", "10^400 = 5.5", "10^400 ≈ 5",
+    "2^2000 = 2^2000", "1/0 = 5", "", "= = =",
 ])
 def test_lines_that_claim_no_result(text):
     assert claims(text) == []
@@ -68,6 +84,11 @@ def test_wrong_claims_are_each_named_once_with_the_calculators_value_and_line():
     ("so 2 + 3 = 5 * 2 = 11", "so 2 + 3 = 5 * 2 = 10\n"),   # the second sign of the line
     ("(10 + 6 + 9) * 2 + 17 = 36 + 18 + 17 = 71", "(10 + 6 + 9) * 2 + 17 = 67\n"),
     ("x: 3+4=8", "x: 3+4=7\n"),
+    ("9 × 2 = 20元，所以", "9 × 2 = 18元，"),                  # a unit written onto the number stays with it
+    ("3 + 4 = 8kg of flour", "3 + 4 = 7kg "),
+    ("\\( 3 + 4 = 8\\text{ apples} \\)", "\\( 3 + 4 = 7\\text{ apples} \\)\n"),
+    ("\\[ (10 + 6 + 9) \\times 2 + 17 = 36 + 18 + 17 = 71 \\]", "\\[ (10 + 6 + 9) \\times 2 + 17 = 67 \\]\n"),
+    ("1 / 3000 ≈ 5", "1 / 3000 ≈ 0.0003333\n"),             # small values to 4 digits, not rounded to 0
 ])
 def test_a_working_is_set_right_at_its_first_wrong_result(text, start):
     assert corrected(text, wrong_claims(text)[0]) == start
@@ -94,6 +115,20 @@ def test_the_model_goes_on_from_its_first_wrong_result_set_right():
     assert note in working.notes and f"[{note}]\n3 + 6 + 9 = 18\n" in "".join(texts)
     assert model.calls[2]["messages"][-2] == {"role": "assistant", "content": START + REST}
     assert result.answer == "53" and [s.kind for s in result.steps] == ["working", "final_answer"]
+
+
+def test_the_same_cut_is_not_made_twice_and_a_stop_ends_the_corrections(monkeypatch):
+    from tinyagent.tools import arithmetic
+
+    monkeypatch.setattr(arithmetic, "corrected", lambda text, claim: START)  # a cut that does not settle it
+    model = ScriptedModel([WRONG, "2. Double it: 18 * 2 = 37\nThe answer is 54.", "Final Answer: 54"])
+    result = Agent(model, tools=[Calculator()], working_first=True).run(QUESTION)  # 18 * 2 = 37: wrong again
+    assert len(model.calls) == 3 and len(result.steps[0].notes) == 1  # one correction, not MAX_CORRECTIONS
+    monkeypatch.undo()
+    model = ScriptedModel([WRONG, "unused"])
+    agent = Agent(model, tools=[Calculator()], working_first=True)
+    agent.stop()  # asked before the run: the working is written, no correction follows it
+    assert agent.run(QUESTION).stop_reason == "stopped" and len(model.calls) == 1
 
 
 def test_a_working_is_set_right_at_most_a_few_times():

@@ -373,6 +373,7 @@ def test_the_check_prompt_says_what_it_must_in_each_language(lang):
     ("Therefore, the answer is X = 1994.", "1994"),      # the prompt's placeholder copied
     ("The answer is X: Apple Remote.", "Apple Remote"),
     ("The answer is $200.", "$200"),                      # a currency sign stays
+    ("The answer is $\\boxed{18}$.", "18"),
 ])
 def test_the_answer_a_working_ends_on(reply, answer):
     assert working_answer(reply) == answer

@@ -149,13 +149,15 @@ class Acting:
                    lang: str) -> Generation:
         """The working with its written arithmetic set right (`tools.arithmetic`): cut at the first result the
         calculator finds wrong, that result replaced by the calculator's, and the rest written again by the
-        model from there, so the steps after it use the right number; up to MAX_CORRECTIONS times. Each
-        correction is a note of the step; the step's reply is the working as corrected."""
+        model from there, so the steps after it use the right number; up to MAX_CORRECTIONS times, never
+        the same cut twice. Each correction is a note of the step; the step's reply is the working as corrected."""
+        starts: set[str] = set()
         for _ in range(MAX_CORRECTIONS):
             wrong = arithmetic.wrong_claims(generation.reply)
             start = arithmetic.corrected(generation.reply, wrong[0]) if wrong else None
-            if start is None:
-                break
+            if start is None or start in starts or self._stop.is_set():
+                break  # nothing (more) to set right, the same cut again, or the run is asked to stop
+            starts.add(start)
             note = CORRECTION_NOTE[lang].format(claim=wrong[0], expression=wrong[0].expression,
                                                value=wrong[0].computed)
             if self.on_text is not None:

@@ -54,7 +54,7 @@ class ModelCall:
 
     run: Run | None
     index: int                      # the step it is for
-    purpose: str                    # "step", "forced_answer" or "distill"
+    purpose: str                    # "step", "working", "correction", "answer", "forced_answer" or "distill"
     messages: list[Message]
     options: dict                   # the keywords for `model.generate` (stop, max_new_tokens, constraint, ...)
     reply: str | None = None

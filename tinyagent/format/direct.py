@@ -73,4 +73,6 @@ def plain_answer(answer: str) -> str:
     """An answer without the LaTeX around it: `\\(\\boxed{28}\\)` as 28, `\\boxed{18} liters` as 18 liters, and
     without the prompt's placeholder ("X = 1994" as 1994). Currency signs and fractions stay."""
     text = _DELIMITERS.sub("", _BOXED.sub(lambda m: m.group(1), answer)).strip()
+    if len(text) > 2 and text[0] == text[-1] == "$":
+        text = text.strip("$")  # $18$: inline maths, not a currency sign
     return _PLACEHOLDER.sub("", text).strip(_TRIM)

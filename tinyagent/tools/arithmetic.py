@@ -3,9 +3,11 @@
 computed again, so the agent can tell the model which of its steps are wrong (`Agent(check_arithmetic=True)`).
 
 Careful before complete: a line is read only where it is plainly arithmetic. An expression needs a number
-first and an operator between numbers; words, units, percentages and variables end it, so "2x + 3 = 11",
-"20% of 50 = 10" and "x = 5" claim nothing. A result is right within one unit of its last written digit
-when the exact value is not whole ("260 / 3 = 86.67", "2 / 3 = 0.66"), exactly when it is.
+first and an operator between numbers; words, units, percentages and variables end it, and a word that makes it
+part of a larger one ("half of 24 + 6") drops it, so "2x + 3 = 11", "20% of 50 = 10", "3/4 = 75%" and "x = 5"
+claim nothing. A whole value must be written exactly; any other within one unit of its last written digit
+("260 / 3 = 86.67", "2 / 3 = 0.66"); with ≈, or an expression on the right, also within 1%; steps written in order
+("3 + 4 × 2 = 14") are right when their running total is.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from dataclasses import dataclass, replace
 from .calculator import CalculatorError, evaluate, format_number
 
 MAX_LINE_CHARS = 400  # longer lines are prose, not a step of working
-#: expression = expression ("36 + 18 = 50 + 4"), or anything with ≈: the values agree to 1%
+#: expression = expression ("36 + 18 = 50 + 4"), or anything with ≈: the values may also differ by 1%
 LOOSE = 1e-2
 
 _LATEX = [  # (pattern, replacement), in order
@@ -30,11 +32,19 @@ _LATEX = [  # (pattern, replacement), in order
     (re.compile(r"\\[()\[\]]"), " "),                      # \( \) \[ \]
 ]
 _FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
+_SHORT_FRAC = re.compile(r"\\[dt]?frac(\d)(\d)")  # \\frac12
+_MIXED = re.compile(r"(\d+)\s*\\[dt]?frac\s*\{(\d+)\}\s*\{(\d+)\}")  # 2\frac{1}{2}: two and a half
 _COMMAND = re.compile(r"\\[a-zA-Z]+(?:\{[^{}]*\})?")     # \text{...}, \quad, \mathrm{...}: a word
-_BOLD = re.compile(r"(?<![\d)])\*\*|\*\*(?![\d(])")        # markdown bold, not a power between numbers
+# markdown bold ("**Step 2:**", "**Step 2** (3 + 4)"), not a power ("2**3", "2 ** 3")
+_BOLD = re.compile(r"(?<![\d)\s])\*\*|\*\*(?![\d(\s-])|(?<=[\d)])\*\*(?=\s)")
 _TIMES_X = re.compile(r"(?<=[\d)])\s*[xX×]\s*(?=[\d(])")  # 3 x 4
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
-_IMPLICIT = [(re.compile(r"(?<=[\d)])\s*\("), "*("), (re.compile(r"\)(?=\d)"), ")*")]  # 2 (3+4), (3+4)2; not "(2) 3"
+_IMPLICIT = re.compile(r"(?<=[\d)])\(")  # 2(3+4); not "Step 2 (3 + 4)" nor "(2)3"
+_SUPERSCRIPT = re.compile("[⁰¹²³⁴⁵⁶⁷⁸⁹]+")
+_SUPERSCRIPT_DIGITS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹", "0123456789")
+#: a word before an expression that makes it part of a larger one ("half of 24 + 6", "3 times 4 + 2")
+_OPERATOR_WORD = re.compile(r"(?:\b(?:of|times|twice|half|minus|plus|double[ds]?|triple[ds]?|by|divided|multiplied|per"
+                            r"|over|less|more|than|from|between|x)|[的乘除加减倍√])\s*$", re.IGNORECASE)  # "from 1990-2023 = 33"
 _LIST_MARK = re.compile(r"^\s*(?:[-*+•]|\d{1,2}[.)]|\(\d{1,2}\)|[a-zA-Z][.)])\s+")
 _SPAN = re.compile(r"[\d.\s+\-*/^()=≈]+")  # a run of plain arithmetic
 _BETWEEN = re.compile(r"[\d.)]\s*(?:\*\*|[+\-*/^])\s*[\d.(]")  # an operator between two operands
@@ -42,7 +52,9 @@ _SIGN = re.compile(r"[=≈]")
 _RAW_SIGN = re.compile(r"\\approx(?![a-zA-Z])|[=＝≈]")  # the same signs before `_normalise`
 _RESULT_LEAD = re.compile(r"[ \t]*(?:\\?\$)?[ \t]*")  # " ", " $", " \\$" before a result
 _RAW_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
-_CLOSERS = re.compile(r"[ \t]*(?:\\[)\]]|[)\]}$.,;:!?*%]|[ \t])*")  # what ends a result on its line
+#: what ends a result on its line: a unit written onto it ("8kg", "20元", "\\text{ apples}"), brackets, stops
+_CLOSERS = re.compile(r"(?:[A-Za-z\u4e00-\u9fff]{1,10}|\\text\{[^{}]*\})?(?:[ \t]*(?:\\[)\]]|[)\]}$.,;:!?*%，。；]))*[ \t]*")
+_MATH_CLOSE = re.compile(r"[ \t]*(?:\\\]|\\\)|\$\$?)[ \t]*$")  # a line's closing \\] \\) $ $$
 _OPERATOR = re.compile(r"[+\-*/^]")
 _CONTINUED = re.compile(r"[^\d=\n]{1,40}?[*/+^]\s*[\d(]")
 _NUMBER = re.compile(r"\s*-?\d+(?:\.\d+)?\s*")
@@ -58,14 +70,17 @@ class Claim:
     right: bool
     line: int = 0
     sign: int = 0
+    approx: bool = False  # written with ≈
 
     def __str__(self) -> str:
-        return f"{self.expression} = {self.written}"
+        return f"{self.expression} {'≈' if self.approx else '='} {self.written}"
 
     @property
     def computed(self) -> str:
-        """The value as a working writes it: whole numbers whole, others to at most 4 decimals."""
+        """The value as a working writes it: whole numbers whole, others to 4 decimals (below 1: 4 digits)."""
         value = self.value
+        if isinstance(value, float) and 0 < abs(value) < 1:
+            return f"{value:.4g}"
         return format_number(round(value, 4) if isinstance(value, float) else value)
 
 
@@ -103,30 +118,35 @@ def corrected(text: str, claim: Claim) -> str | None:
         return None  # the line's signs do not line up with the normalised line's (an `=` inside \\text{})
     lead = _RESULT_LEAD.match(line, sign.end()).group(0)
     number = _RAW_NUMBER.match(line, sign.end() + len(lead)) if _NUMBER.fullmatch(claim.written) else None
-    close = _CLOSERS.match(line, number.end()).group(0) if number else ""
-    rest = line[number.end() + len(close):] if number else ""
+    if number is None:  # an expression as the result: the line ends with the value (and its closing \\])
+        closing = _MATH_CLOSE.search(line.rstrip("\n"))
+        close, rest = (closing.group(0) if closing else ""), ""
+    else:
+        close = _CLOSERS.match(line, number.end()).group(0)
+        rest = line[number.end() + len(close):]
     return "".join(lines[:claim.line]) + line[:sign.end()] + lead + claim.computed + close + \
-        ("\n" if not rest.strip() or not number else "")
+        ("\n" if not rest.strip() else "")
 
 
 def _normalise(line: str) -> str:
     """LaTeX and typography as the calculator writes them: `\\frac{a}{b}` as (a/b), `\\times` as *, no
     thousands separators, no currency signs or markdown; anything else LaTeX spells as a word."""
-    s = unicodedata.normalize("NFKC", line)
+    s = "".join(unicodedata.normalize("NFKC", c) if "\uff01" <= c <= "\uff5e" or c == "\u3000" else c
+                for c in line)  # full-width forms only: NFKC would make ② and ² plain digits
+    s = _SUPERSCRIPT.sub(lambda m: "^" + m.group(0).translate(_SUPERSCRIPT_DIGITS), s)
     s = _LIST_MARK.sub(" ", s)
     for pattern, new in _LATEX:
         s = pattern.sub(new, s)
+    s = _MIXED.sub(r"(\1+\2/\3)", _SHORT_FRAC.sub(r"\\frac{\1}{\2}", s))
     while (framed := _FRAC.sub(lambda m: f"({_grouped(m.group(1))}/{_grouped(m.group(2))})", s)) != s:
         s = framed
     s = _COMMAND.sub(" word ", s)
     s = s.replace("{", "(").replace("}", ")").replace("$", "")
     s = _BOLD.sub(" ", s)
-    s = s.replace("−", "-").replace("÷", "/").replace("·", "*")
     s = _TIMES_X.sub("*", s)
+    s = s.replace("−", "-").replace("–", "-").replace("÷", "/").replace("·", "*").replace("×", "*")
     s = _THOUSANDS.sub("", s)
-    for pattern, new in _IMPLICIT:
-        s = pattern.sub(new, s)
-    return s
+    return _IMPLICIT.sub("*(", s)
 
 
 def _grouped(term: str) -> str:
@@ -145,20 +165,24 @@ def _line_claims(line: str) -> list[Claim]:
             continue
         segments, signs = parts[0::2], parts[1::2]
         glued = span.start() > 0 and not line[span.start() - 1].isspace() and not segments[0][:1].isspace()
-        exprs = [_longest(segments[0], suffix=True, whole=not glued)]  # "12:30 + 1": not from 30
+        words_before = _OPERATOR_WORD.search(line, 0, span.start()) is not None  # "half of 24 + 6 = 18"
+        exprs = [None if words_before else _longest(segments[0], suffix=True, whole=not glued)]  # "12:30 + 1"
         for seg in segments[1:-1]:
             exprs.append(_parse(seg.strip()))
-        exprs.append(_longest(segments[-1], suffix=False))
+        unit_after = line[span.end(): span.end() + 1] in ("%", ":") and span.end() < len(line)  # "= 75%", "= 3:4"
+        exprs.append(None if unit_after else _longest(segments[-1], suffix=False))
         for i, sign in enumerate(signs):
             left, right = exprs[i], exprs[i + 1]
-            if left is None or right is None:
-                continue
-            if not _BETWEEN.search(left[0]):
+            if left is None or right is None or not _BETWEEN.search(left[0]):
                 continue  # "x = 5", "18 = 18": nothing computed
-            expression_right = _BETWEEN.search(right[0]) is not None
-            if expression_right and _leads_with(right[0], left[1]):
-                continue  # a running total, "2 + 3 = 5 * 2 = 10": the next step, not a claim of equality
-            out.append(replace(_claim(left, right, loose=sign == "≈" or expression_right), sign=before + i))
+            try:
+                expression_right = _BETWEEN.search(right[0]) is not None
+                if expression_right and _leads_with(right[0], left[1]):
+                    continue  # a running total, "2 + 3 = 5 * 2 = 10": the next step, not a claim of equality
+                claim = _claim(left, right, approx=sign == "≈", expression_right=expression_right)
+            except OverflowError:  # a whole number too large to compare with a float
+                continue
+            out.append(replace(claim, sign=before + i))
     return out
 
 
@@ -188,23 +212,54 @@ def _longest(segment: str, suffix: bool, whole: bool = True) -> tuple[str, int |
             continue  # not from the middle of a number
         parsed = _parse(piece)
         if parsed is not None:
-            return None if _OPERATOR.search(rest) else parsed
+            beside = rest.strip()[-1:] if suffix else rest.strip()[:1]
+            # an operator cut off, or a number beside it ("2 1/2 * 4", "12 345 + 655", "= 13 000")
+            return None if _OPERATOR.search(rest) or beside.isdigit() else parsed
     return None
 
 
 def _leads_with(expression: str, value: int | float) -> bool:
-    first = _NUMBER.match(expression.lstrip("("))
-    return first is not None and math.isclose(float(first.group(0)), value, rel_tol=LOOSE, abs_tol=1e-9)
+    """Whether the expression begins with `value` as written ("17 / 5 = 3 * 5": 3.4 written as 3)."""
+    first = _NUMBER.match(expression)  # not "(1/12)": a bracket first is a value of its own
+    return first is not None and _agrees(value, float(first.group(0)), first.group(0).strip(), approx=True)
 
 
-def _claim(left: tuple[str, int | float], right: tuple[str, int | float], loose: bool) -> Claim:
+def _claim(left: tuple[str, int | float], right: tuple[str, int | float], approx: bool, expression_right: bool
+           ) -> Claim:
     (expression, value), (written, claimed) = left, right
-    if loose:
+    if expression_right:
         ok = math.isclose(value, claimed, rel_tol=LOOSE, abs_tol=1e-9)
-    elif _NUMBER.fullmatch(written):
-        decimals = len(written.split(".")[1]) if "." in written else 0
-        whole = abs(value - round(value)) < 1e-9
-        ok = claimed == round(value) if whole and decimals == 0 else abs(value - claimed) <= 10 ** -decimals + 1e-9
     else:
-        ok = math.isclose(value, claimed, rel_tol=1e-9, abs_tol=1e-9)
-    return Claim(expression, written, value, ok)
+        ok = _agrees(value, claimed, written, approx)
+        in_order = None if ok else _left_to_right(expression)
+        ok = ok or (in_order is not None and _agrees(in_order, claimed, written, approx))
+    return Claim(expression, written, value, ok, approx=approx)
+
+
+_TERM = re.compile(r"\s*([+\-*/])?\s*(\d+(?:\.\d+)?)")
+
+
+def _left_to_right(expression: str) -> float | None:
+    """The expression worked out in the order written, as a running total ("3 + 4 * 2" as 14): what a
+    working means by it when it writes the steps one after another. None with brackets or powers."""
+    if any(c in expression for c in "()^") or "**" in expression:
+        return None
+    terms = _TERM.findall(expression)
+    if not terms or terms[0][0] or "".join(op + n for op, n in terms) != expression.replace(" ", ""):
+        return None
+    total = float(terms[0][1])
+    for op, number in terms[1:]:
+        n = float(number)
+        if op == "/" and n == 0:
+            return None
+        total = total + n if op == "+" else total - n if op == "-" else total * n if op == "*" else total / n
+    return total
+
+
+def _agrees(value: int | float, claimed: int | float, written: str, approx: bool) -> bool:
+    """A written number against the exact value: equal when the value is whole and written whole, else within
+    one unit of the last digit written ("260 / 3 = 86.67", "2 / 3 = 0.66"); with ≈ also within 1%."""
+    decimals = len(written.split(".")[1]) if "." in written else 0
+    if abs(value - round(value)) < 1e-9 and decimals == 0 and not approx:
+        return claimed == round(value)
+    return abs(value - claimed) <= 10 ** -decimals + 1e-9 or (approx and math.isclose(value, claimed, rel_tol=LOOSE))
