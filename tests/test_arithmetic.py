@@ -131,6 +131,18 @@ def test_the_same_cut_is_not_made_twice_and_a_stop_ends_the_corrections(monkeypa
     assert agent.run(QUESTION).stop_reason == "stopped" and len(model.calls) == 1
 
 
+def test_a_correction_that_fails_keeps_the_working():
+    class Failing(ScriptedModel):
+        def generate(self, messages, stop=None, **kwargs):
+            if self.calls:
+                raise RuntimeError("server went away")
+            return super().generate(messages, stop, **kwargs)
+
+    result = Agent(Failing([WRONG]), tools=[Calculator()], working_first=True).run(QUESTION)
+    assert [s.kind for s in result.steps] == ["working", "model_error"] and result.steps[0].text == WRONG
+    assert result.stop_reason == "model_error" and "server went away" in result.error
+
+
 def test_a_working_is_set_right_at_most_a_few_times():
     again = "x: 3 + 6 + 9 = 20\nThe answer is 57."
     model = ScriptedModel([again] * (MAX_CORRECTIONS + 1) + ["Final Answer: 57"], usage=(7, 3))

@@ -163,7 +163,11 @@ class Acting:
             if self.on_text is not None:
                 shown = start.rstrip("\n").rsplit("\n", 1)[-1] + start[len(start.rstrip("\n")):]
                 guarded(self.on_text, "on_text", f"\n[{note}]\n{shown}")  # the line set right, as it goes on
-            more = self._generate(messages, result, suffix=start, purpose="correction", free=True)
+            try:
+                more = self._generate(messages, result, suffix=start, purpose="correction", free=True)
+            except Exception:  # the model or a hook failed: the working so far is kept, then the run ends
+                self._record(result, generation.into(Step(index=0, text=generation.reply, kind=StepKind.WORKING)))
+                raise
             generation = generation.then(more, start + more.reply, note)
         return generation
 
