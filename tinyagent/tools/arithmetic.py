@@ -169,7 +169,7 @@ def _line_claims(line: str) -> list[Claim]:
         exprs = [None if words_before else _longest(segments[0], suffix=True, whole=not glued)]  # "12:30 + 1"
         for seg in segments[1:-1]:
             exprs.append(_parse(seg.strip()))
-        unit_after = line[span.end(): span.end() + 1] in ("%", ":") and span.end() < len(line)  # "= 75%", "= 3:4"
+        unit_after = line[span.end(): span.end() + 1] in ("%", ":")  # "= 75%", "= 3:4"
         exprs.append(None if unit_after else _longest(segments[-1], suffix=False))
         for i, sign in enumerate(signs):
             left, right = exprs[i], exprs[i + 1]
@@ -239,7 +239,7 @@ def _claim(left: tuple[str, int | float], right: tuple[str, int | float], approx
 _TERM = re.compile(r"\s*([+\-*/])?\s*(\d+(?:\.\d+)?)")
 
 
-def _left_to_right(expression: str) -> float | None:
+def _left_to_right(expression: str) -> int | float | None:
     """The expression worked out in the order written, as a running total ("3 + 4 * 2" as 14): what a
     working means by it when it writes the steps one after another. None with brackets or powers."""
     if any(c in expression for c in "()^") or "**" in expression:
@@ -247,13 +247,11 @@ def _left_to_right(expression: str) -> float | None:
     terms = _TERM.findall(expression)
     if not terms or terms[0][0] or "".join(op + n for op, n in terms) != expression.replace(" ", ""):
         return None
-    total = float(terms[0][1])
-    for op, number in terms[1:]:
-        n = float(number)
-        if op == "/" and n == 0:
-            return None
-        total = total + n if op == "+" else total - n if op == "-" else total * n if op == "*" else total / n
-    return total
+    in_order = "(" * (len(terms) - 1) + terms[0][1] + "".join(f"{op}{n})" for op, n in terms[1:])
+    try:
+        return evaluate(in_order)  # "((3+4)*2)": the calculator, bracketed step by step
+    except CalculatorError:
+        return None
 
 
 def _agrees(value: int | float, claimed: int | float, written: str, approx: bool) -> bool:
