@@ -140,10 +140,14 @@ class Acting:
             return generation
         if self.check_arithmetic:
             generation = self._corrected(messages, result, generation, lang)
-        check = prompts.build_check_prompt(self.tools.values(), lang, working_answer(generation.reply))
+        self._record_working(result, generation,
+                             prompts.build_check_prompt(self.tools.values(), lang, working_answer(generation.reply)))
+        return None
+
+    def _record_working(self, result: AgentResult, generation: Generation, check: str | None = None) -> None:
+        """The working as the run's first step; its observation the check turn (None: the run ends there)."""
         self._record(result, generation.into(Step(index=0, text=generation.reply, kind=StepKind.WORKING,
                                                   observation=check)))
-        return None
 
     def _corrected(self, messages: list[Message], result: AgentResult, generation: Generation,
                    lang: str) -> Generation:
@@ -161,12 +165,12 @@ class Acting:
             note = CORRECTION_NOTE[lang].format(claim=wrong[0], expression=wrong[0].expression,
                                                value=wrong[0].computed)
             if self.on_text is not None:
-                shown = start.rstrip("\n").rsplit("\n", 1)[-1] + start[len(start.rstrip("\n")):]
-                guarded(self.on_text, "on_text", f"\n[{note}]\n{shown}")  # the line set right, as it goes on
+                shown = start[start.rstrip("\n").rfind("\n") + 1:]  # the line set right, as it goes on
+                guarded(self.on_text, "on_text", f"\n[{note}]\n{shown}")
             try:
                 more = self._generate(messages, result, suffix=start, purpose="correction", free=True)
             except Exception:  # the model or a hook failed: the working so far is kept, then the run ends
-                self._record(result, generation.into(Step(index=0, text=generation.reply, kind=StepKind.WORKING)))
+                self._record_working(result, generation)
                 raise
             generation = generation.then(more, start + more.reply, note)
         return generation

@@ -115,8 +115,8 @@ class Agent(Acting, TutorialAgent):
                              f"{self.protocol.name!r}")
         if check_arithmetic and not working_first:
             raise ValueError("check_arithmetic checks the model's own working: it needs working_first")
-        self.check_arithmetic = working_first and (has_calculator(self.tools.values()) if check_arithmetic is None
-                                                   else check_arithmetic)
+        self.check_arithmetic = default_check_arithmetic(check_arithmetic, working_first,
+                                                         has_calculator(self.tools.values()))
         self.on_step, self.on_text = on_step, on_text
         self.hooks: list[Hooks] = ([as_approver(approve)] if approve is not None else []) + list(hooks or [])
         self.generate_kwargs = generate_kwargs
@@ -293,6 +293,12 @@ class Agent(Acting, TutorialAgent):
 def has_calculator(tools) -> bool:
     """Whether the shipped calculator is among `tools`: what `check_arithmetic=None` turns on for."""
     return any(isinstance(t, Calculator) for t in tools)
+
+
+def default_check_arithmetic(setting: bool | None, working_first: bool, calculator: bool) -> bool:
+    """What `check_arithmetic` means once `working_first` is resolved: never without the working first;
+    None: on when the calculator is one of the tools."""
+    return bool(working_first) and (calculator if setting is None else bool(setting))
 
 
 def default_working_first(react_text: bool, constrained: bool) -> bool:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from .. import config
-from ..agent.loop import default_working_first
+from ..agent.loop import default_check_arithmetic, default_working_first
 from ..engine.gguf_cache import cache_root
 from ..format.direct import DIRECT_PROMPT
 from ..format.prompts import CHECK_PROMPT, FORCE_FINAL, REACT_PROMPT, RECHECK, THOUGHT_LEAD
@@ -160,7 +160,5 @@ def _check_arithmetic(cfg: config.Config) -> bool | None:
     working_first = _working_first(cfg)
     if working_first is None:
         return None
-    if not working_first:
-        return False
-    a = cfg.agent
-    return a.check_arithmetic if a.check_arithmetic is not None else "calculator" in config.select_tools(cfg)[0]
+    calculator = "calculator" in config.select_tools(cfg)[0]
+    return default_check_arithmetic(cfg.agent.check_arithmetic, working_first, calculator)
