@@ -15,9 +15,10 @@ import pytest
 from conftest import ScriptedModel
 from openai_stub import OpenAIStub
 
-from tinyagent import cli, config
-from tinyagent import secrets as secret_store
-from tinyagent.format.prompts import FORCE_FINAL
+from tinyagent import config
+from tinyagent.cli import commands as cli
+from tinyagent import redaction as secret_store
+from tinyagent.format.templates import shipped
 
 ROOT = Path(__file__).resolve().parent.parent
 TINYAGENT = str(Path(sys.executable).parent / "tinyagent")  # the installed console script
@@ -140,7 +141,7 @@ def test_forced_answer_at_the_turn_cap_is_shown_with_its_prompt(use_model, capsy
     use_model(StreamingModel([SEARCH_THEN_ANSWER[0], " 42"]))
     code, out, _ = run_cli(capsys, "ask", "--max-turns", "1", "--tools", "calculator", "What is 6*7?")
     assert code == 0
-    assert "Observation: 42\n" + FORCE_FINAL["en"] + " 42\n" in out
+    assert "Observation: 42\n" + shipped().text("react.force_final", "en") + " 42\n" in out
     assert "answer forced at the turn cap" in out
 
 

@@ -10,7 +10,7 @@ import pytest
 from tinyagent import config
 from tinyagent.config import ConfigError, load, load_config, model_overrides, select_tools
 from tinyagent.models import embedded
-from tinyagent.secrets import redact
+from tinyagent.redaction import redact
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "configs").glob("*.yaml"))

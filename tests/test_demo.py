@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_cli import StreamingModel
 
-from tinyagent import secrets as secret_store
+from tinyagent import redaction as secret_store
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTIONS = ["Which year was Jay Chou born?", "What was his first album?", "周杰伦哪年出生？", "他的第一张专辑是什么？"]

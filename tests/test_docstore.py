@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tinyagent import Agent
+from tinyagent import Agent, ReAct
 from tinyagent.tools import (
     DocstoreLookup,
     DocstoreSearch,
@@ -15,6 +15,9 @@ from tinyagent.tools import (
 )
 from tinyagent.tools.docstore import sentences
 from tinyagent.tools.local_search import Corpus, Document
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False)
 
 JAY_FIRST_PARAGRAPH = (
     "Jay Chou (周杰伦) is a Taiwanese singer, songwriter, record producer and actor, one of the best-known "
@@ -168,7 +171,7 @@ def test_agent_episode_search_then_lookup_then_answer(scripted, corpus):
         'Action: lookup\nAction Input: {"keyword": "first studio album"}',
         "Thought: I now know the final answer\nFinal Answer: Jay (2000)",
     ])
-    result = Agent(model, tools=docstore_tools(corpus=corpus), lang="en").run("What was Jay Chou's first album?")
+    result = Agent(model, tools=docstore_tools(corpus=corpus), lang="en", protocol=CLASSIC).run("What was Jay Chou's first album?")
     assert result.finished and result.answer == "Jay (2000)" and result.stop_reason == "final_answer"
     assert [s.action for s in result.steps] == ["search", "lookup", None]
     assert result.steps[0].observation == "Jay Chou\n" + JAY_FIRST_PARAGRAPH
@@ -183,5 +186,5 @@ def test_agent_episode_search_then_lookup_then_answer(scripted, corpus):
 
 def test_agent_lookup_before_search_becomes_an_error_observation(scripted, corpus):
     model = scripted(['Action: lookup\nAction Input: {"keyword": "album"}', "Final Answer: I do not know"])
-    result = Agent(model, tools=docstore_tools(corpus=corpus)).run("What was Jay Chou's first album?")
+    result = Agent(model, tools=docstore_tools(corpus=corpus), protocol=CLASSIC).run("What was Jay Chou's first album?")
     assert result.steps[0].observation.startswith("Error: there is no document to look in: call search first")

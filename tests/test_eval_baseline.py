@@ -16,12 +16,12 @@ from conftest import ScriptedModel
 from openai_stub import OpenAIStub
 
 import tinyagent
-from tinyagent import cli
+from tinyagent.cli import commands as cli
 from tinyagent import eval as ev
 from tinyagent.engine.llama_runtime import llamacpp_available
 from tinyagent.eval import charts, compare
 from tinyagent.eval.progress import Progress
-from tinyagent.format.direct import DIRECT_PROMPT
+from tinyagent.format.templates import shipped
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,7 +49,7 @@ def question_of(body: dict) -> str:
 
 def stub_reply(body: dict) -> str:
     """The agent's ReAct conversation or the direct prompt, told apart by what the server is sent."""
-    if body["messages"][0]["content"].startswith(DIRECT_PROMPT["en"].split("\n")[0]):
+    if body["messages"][0]["content"].startswith(shipped().text("direct.question", "en").split("\n")[0]):
         return DIRECT_REPLIES[question_of(body)]
     first, after = AGENT_REPLIES[question_of(body)]
     observed = body["messages"][-1]["role"] == "assistant" and "Observation:" in body["messages"][-1]["content"]

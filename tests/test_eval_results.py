@@ -9,7 +9,7 @@ import pytest
 from conftest import ScriptedModel
 
 from tinyagent import eval as ev
-from tinyagent.eval import results
+from tinyagent.eval import out_folder as results
 
 QUESTIONS = [f"q{i}" for i in range(1, 7)]
 

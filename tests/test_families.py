@@ -9,7 +9,7 @@ import pytest
 import torch
 from tiny_models import FAMILIES, SLIDING_WINDOW, build_tiny_model
 
-from tinyagent import Agent
+from tinyagent import Agent, ReAct
 from tinyagent.engine.prefix_cache import sliding_windows
 from tinyagent.eval.scoring import VALID_KINDS
 from tinyagent.format.prompts import STOP_WORDS, build_system_prompt
@@ -105,7 +105,7 @@ def test_constrained_agent_episode_is_identical_with_reuse(pair):
     for m in (model, fresh):
         m.reset_cache()
         chunks: list[str] = []
-        agent = Agent(m, TOOLS, constrained=True, max_turns=3, max_new_tokens=80, on_text=chunks.append)
+        agent = Agent(m, TOOLS, max_turns=3, max_new_tokens=80, on_text=chunks.append, protocol=ReAct(working_first=False, constrained=True))
         runs.append((agent.run(QUESTION), "".join(chunks)))
     (a, streamed_a), (b, streamed_b) = runs
     assert [s.text for s in a.steps] == [s.text for s in b.steps] and a.answer == b.answer

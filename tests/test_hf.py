@@ -434,7 +434,7 @@ def test_no_repeat_ngram_size_stops_a_looping_reply(no_reuse):
 
 def forced_reply(model, messages, text: str, stop: list[str], **kwargs):
     """`model.generate` with the tiny random model made to write `text` token by token."""
-    from tinyagent.models.replay import ForceTokens, reply_ids
+    from replay import ForceTokens, reply_ids
 
     prompt = model.render_prompt(messages)
     ids = reply_ids(model, prompt, model.encode_prompt(prompt), text)

@@ -9,8 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from test_google_search import KEY, SerperServer
 
-from tinyagent import secrets
-from tinyagent.http import RequestFailed, json_body, post_json
+from tinyagent import redaction as secrets
+from tinyagent.jsonhttp import RequestFailed, json_body, post_json
 from tinyagent.tools import GoogleSearch, ToolError
 
 

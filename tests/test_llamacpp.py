@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from serial_calls import calls_at_once
 
-from tinyagent import Agent
+from tinyagent import Agent, ReAct
 from tinyagent.format.prompts import STOP_WORDS, build_system_prompt
 from tinyagent.format.step_format import pattern_of, step_format
 from tinyagent.models.embedded import GENERATION_DEFAULTS, embedded_gguf_path
-from tinyagent.models.replay import ForceTokens, reply_ids
+from replay import ForceTokens, reply_ids
 from tinyagent.tools import Calculator
 from tinyagent.tools.local_search import LocalSearch
 
@@ -252,7 +252,7 @@ def test_constrained_replies_are_valid_steps(model):
         messages = [QUESTION[0], {"role": "user", "content": question}]
         reply = model.generate(messages, stop=list(STOP_WORDS), constraint=fmt, max_new_tokens=40)
         assert re.fullmatch(pattern_of(fmt), str(reply)), reply
-    result = Agent(model, TOOLS, constrained=True, max_turns=1, max_new_tokens=48).run("What is 12 times 6?")
+    result = Agent(model, TOOLS, max_turns=1, max_new_tokens=48, protocol=ReAct(working_first=False, constrained=True)).run("What is 12 times 6?")
     assert result.steps[0].kind in ("action", "tool_error") and result.steps[0].arguments is not None
 
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tinyagent import Agent
+from tinyagent import Agent, ReAct
 from tinyagent.tools import CorpusError, LocalSearch, ToolArgumentError, ToolError
 from tinyagent.tools.local_search import (
     DEFAULT_CORPUS,
@@ -16,6 +16,9 @@ from tinyagent.tools.local_search import (
     load_corpus,
     tokenize,
 )
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False)
 
 
 @pytest.fixture(scope="module")
@@ -229,7 +232,7 @@ def test_agent_episode_with_local_search(scripted):
         'Thought: I should search.\nAction: local_search\nAction Input: {"search_query": "周杰伦哪年出生"}',
         "Thought: 我现在知道最终答案了\nFinal Answer: 1979年",
         ])
-    result = Agent(model, tools=[LocalSearch()]).run("周杰伦哪年出生？")
+    result = Agent(model, tools=[LocalSearch()], protocol=CLASSIC).run("周杰伦哪年出生？")
     assert result.finished and result.answer == "1979年" and result.lang == "zh"
     assert result.steps[0].observation.startswith("[1] 周杰伦\n") and result.steps[0].error is None
     scratchpad = model.calls[1]["messages"][-1]
@@ -239,5 +242,5 @@ def test_agent_episode_with_local_search(scripted):
 
 def test_agent_turns_empty_query_into_an_error_observation(scripted):
     model = scripted(['Action: local_search\nAction Input: {"search_query": ""}', "Final Answer: unknown"])
-    result = Agent(model, tools=[LocalSearch()]).run("?")
+    result = Agent(model, tools=[LocalSearch()], protocol=CLASSIC).run("?")
     assert result.steps[0].observation == "Error: the search query is empty"

@@ -14,15 +14,19 @@ from pathlib import Path
 import pytest
 from conftest import ScriptedModel
 
-from tinyagent import Agent, cli, config
-from tinyagent import secrets as secret_store
+from tinyagent import Agent, ReAct, config
+from tinyagent.cli import commands as cli
+from tinyagent import redaction as secret_store
 from tinyagent.config import ConfigError, load_config
 from tinyagent.format.observations import MAX_RAW_OBSERVATION_CHARS
 from tinyagent.format.prompts import build_system_prompt
 from tinyagent.tools import Calculator, ToolArgumentError, ToolError
 from tinyagent.tools.mcp import MCPServer, MCPServerError, start_servers
 from tinyagent.tools.mcp import server as mcp_module
-from tinyagent.trace import dumps
+from tinyagent.traces import dumps
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False)
 
 ROOT = Path(__file__).resolve().parent.parent
 ECHO = [str(Path(__file__).with_name("mcp_echo_server.py"))]
@@ -189,7 +193,7 @@ def test_scripted_episode_in_english_and_chinese(time_server):
         'Thought: That zone is wrong.\nAction: get_current_time\nAction Input: {"timezone": "Asia/Shanghai"}',
         "Thought: I now know the final answer\nFinal Answer: 现在是上海时间。",
     ])
-    result = Agent(model, time_server.tools).run("上海现在几点？")
+    result = Agent(model, time_server.tools, protocol=CLASSIC).run("上海现在几点？")
     assert result.lang == "zh" and result.stop_reason == "final_answer"
     bad, good, _ = result.steps
     assert bad.kind == "tool_error" and "Invalid timezone" in bad.observation
@@ -198,7 +202,7 @@ def test_scripted_episode_in_english_and_chinese(time_server):
     model = ScriptedModel(['Thought: Convert it.\nAction: convert_time\nAction Input: {"source_timezone": '
                            '"Etc/UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}',  # neither has summer time
                            "Final Answer: 21:00"])
-    result = Agent(model, time_server.tools).run("It is noon UTC. What time is it in Tokyo?")
+    result = Agent(model, time_server.tools, protocol=CLASSIC).run("It is noon UTC. What time is it in Tokyo?")
     assert result.steps[0].kind == "action" and "21:00" in result.steps[0].observation
 
 
@@ -224,7 +228,7 @@ def test_a_server_killed_mid_run_is_an_error_observation_and_the_run_ends_normal
             "Thought: I now know the final answer\nFinal Answer: one",
             "Thought: the first echo gave one\nFinal Answer: one",
         ], pid=pid, at=1)
-        result = Agent(model, server.tools).run("Echo twice")
+        result = Agent(model, server.tools, protocol=CLASSIC).run("Echo twice")
     assert [s.kind for s in result.steps] == ["action", "tool_error", "recheck", "final_answer"]
     assert result.steps[0].observation == "one"
     assert "echo failed: Connection closed" in result.steps[1].observation
@@ -236,7 +240,7 @@ def test_env_values_are_secrets_in_observations_and_errors(monkeypatch):
     with MCPServer(sys.executable, ECHO, env={"MCP_ECHO_SECRET": SECRET}) as server:
         assert by_name(server)["whoami"]() == "token=[REDACTED]"
         model = ScriptedModel(["Thought: Who?\nAction: whoami\nAction Input: {}", "Final Answer: done"])
-        result = Agent(model, server.tools).run("who am I?")
+        result = Agent(model, server.tools, protocol=CLASSIC).run("who am I?")
     assert SECRET not in dumps(result) and "token=[REDACTED]" in result.steps[0].observation
 
 
@@ -287,7 +291,7 @@ def test_a_name_clash_names_both_tools_and_closes_what_started():
 
 @pytest.mark.slow
 def test_embedded_model_calls_a_time_tool_with_constrained_decoding(embedded_model, time_server):
-    agent = Agent(embedded_model, time_server.tools, constrained=True, max_turns=1, max_new_tokens=48)
+    agent = Agent(embedded_model, time_server.tools, max_turns=1, max_new_tokens=48, protocol=ReAct(working_first=False, constrained=True))
     result = agent.run("What time is it in Tokyo now?")
     first = result.steps[0]
     assert first.kind in ("action", "tool_error") and first.action in ("get_current_time", "convert_time")
@@ -300,6 +304,7 @@ def test_embedded_model_calls_a_time_tool_with_constrained_decoding(embedded_mod
 SCRIPT = """
 import sys
 from tinyagent.tools.mcp import MCPServer
+
 server = MCPServer(sys.executable, {echo!r}, timeout=60)
 tools = {{t.name_for_model: t for t in server.tools}}
 print(tools["pid"](), flush=True)

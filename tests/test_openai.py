@@ -15,13 +15,18 @@ import pytest
 import requests
 from openai_stub import OpenAIStub, count_words
 
-from tinyagent import Agent
-from tinyagent.format.messages import FOLD_INSTRUCTION
+from tinyagent import Agent, ReAct, Tools
 from tinyagent.format.prompts import STOP_WORDS
-from tinyagent.http import RequestFailed
+from tinyagent.format.templates import shipped
+from tinyagent.jsonhttp import RequestFailed
 from tinyagent.models import OpenAIChatModel
 from tinyagent.text import estimate_tokens
 from tinyagent.tools import Calculator
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False)
+
+FOLD_INSTRUCTION = {lang: shipped().text("common.fold", lang) for lang in ("en", "zh")}
 
 KEY = "sk-test-6f1c2e9a-do-not-leak"
 USER = [{"role": "user", "content": "What is 6 times 7?"}]
@@ -139,9 +144,9 @@ def test_real_agent_episode_runs_to_completion_over_http(server, caplog):
     model = real_model(server, api_key=KEY, max_new_tokens=16)
     assert not model.continue_supported
     question, kwargs = "What is 6 times 7?", {"tools": [Calculator()], "max_turns": 2}
-    result = Agent(model, **kwargs).run(question)
+    result = Agent(model, **kwargs, protocol=CLASSIC).run(question)
     local = Agent(Folded(HFChatModel(str(server["dir"]), device="cpu", max_new_tokens=16, temperature=0.0)),
-                  **kwargs).run(question)
+                  **kwargs, protocol=CLASSIC).run(question)
     assert [s.text for s in result.steps] == [s.text for s in local.steps] and result.steps[0].text.strip()
     assert (result.stop_reason, result.finished, result.answer) == (local.stop_reason, local.finished, local.answer)
     assert result.finished and result.stop_reason in ("final_answer", "no_action", "max_turns")
@@ -168,7 +173,7 @@ def test_agent_calls_a_tool_and_answers_through_the_stub(stream):
     chunks: list[str] = []
     with OpenAIStub([TOOL_REPLY, FINAL_REPLY]) as stub:
         agent = Agent(stub_model(stub, api_key=KEY), tools=[Calculator()], max_new_tokens=64,
-                      on_text=chunks.append if stream else None)
+                      on_text=chunks.append if stream else None, protocol=CLASSIC)
         result = agent.run("What is 6 times 7?")
     assert result.finished and result.answer == "42" and result.steps[0].observation == "42"
     first, second = (r["body"] for r in stub.requests)
@@ -192,7 +197,7 @@ def test_agent_calls_a_tool_and_answers_through_the_stub(stream):
 
 def test_fold_sends_the_scratchpad_inside_the_last_user_message():
     with OpenAIStub([TOOL_REPLY, FINAL_REPLY]) as stub:
-        result = Agent(stub_model(stub, scratchpad="fold"), tools=[Calculator()]).run("What is 6 times 7?")
+        result = Agent(stub_model(stub, scratchpad="fold"), tools=[Calculator()], protocol=CLASSIC).run("What is 6 times 7?")
     assert result.answer == "42"
     second = stub.requests[1]["body"]
     assert "continue_final_message" not in second and [m["role"] for m in second["messages"]] == ["system", "user"]
@@ -351,8 +356,8 @@ def test_tool_calls_from_a_server_run_and_go_back_with_their_ids(stream):
                                            {"name": "calculator", "arguments": '{"expression": "6+7"'}]}  # brace lost
     with OpenAIStub(replies=[two, "42 and 13"]) as stub:
         chunks: list[str] = []
-        agent = Agent(stub_model(stub), tools=[Calculator()], protocol="tools",
-                      on_text=chunks.append if stream else None)
+        agent = Agent(stub_model(stub), tools=[Calculator()],
+                      on_text=chunks.append if stream else None, protocol=Tools())
         result = agent.run("6*7 and 6+7?")
         first, second = (r["body"] for r in stub.requests)
     assert result.answer == "42 and 13" and [s.observation for s in result.steps[:2]] == ["42", "13"]
@@ -367,7 +372,7 @@ def test_a_server_that_ignores_tools_is_read_from_its_text_and_broken_calls_are_
     replies = ['<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+2"}}\n</tool_call>',
                {"tool_calls": [{"name": "calculator", "arguments": "{expression: }"}]}, "4"]
     with OpenAIStub(replies=replies) as stub:
-        result = Agent(stub_model(stub), tools=[Calculator()], protocol="tools").run("2+2?")
+        result = Agent(stub_model(stub), tools=[Calculator()], protocol=Tools()).run("2+2?")
     assert [s.kind for s in result.steps] == ["action", "bad_input", "final_answer"]
     assert "Error: bad arguments for calculator" in result.steps[1].observation
 
@@ -379,6 +384,6 @@ def test_real_server_renders_tools_with_its_chat_template(server):
     tools = [{"type": "function", "function": {"name": "calculator", "parameters": {"type": "object"}}}]
     with_tools = model.generate(USER, tools=tools, max_new_tokens=4)
     assert with_tools.prompt_tokens == model.generate(USER, max_new_tokens=4).prompt_tokens
-    result = Agent(model, [Calculator()], protocol="tools", max_turns=2).run("What is 6 times 7?")
+    result = Agent(model, [Calculator()], max_turns=2, protocol=Tools()).run("What is 6 times 7?")
     assert result.protocol == "tools" and result.stop_reason in ("final_answer", "max_turns", "no_forced_answer")
     assert all(s.kind.has_reply for s in result.steps)

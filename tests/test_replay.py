@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from tinyagent import Agent
+from tinyagent import Agent, ReAct
 from tinyagent.agent import Step
 from tinyagent.engine.prefix_cache import common_prefix_length
 from tinyagent.format.messages import prompt_messages
 from tinyagent.format.prompts import STOP_WORDS
 from tinyagent.format.reading import cut_at_observation
 from tinyagent.models.hf import HFChatModel
-from tinyagent.models.replay import (
+from replay import (
     ForceTokens,
     PassCounter,
     RecordedReply,
@@ -25,6 +25,9 @@ from tinyagent.models.replay import (
     replay_generate,
 )
 from tinyagent.tools.calculator import Calculator
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,7 +172,7 @@ def run_episode(base: HFChatModel, use_stop: bool, reuse: bool) -> tuple:
                              "Observation:", " 12\nFinal Answer: 72"),
                FINAL_REPLY]
     replay = Recording(wrapper(base, reuse), replies, use_stop=use_stop)
-    result = Agent(replay, [Calculator()], lang="en").run("What is 12 times 6?")
+    result = Agent(replay, [Calculator()], lang="en", protocol=CLASSIC).run("What is 12 times 6?")
     return replay, result
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tinyagent.sessions import SessionsFull, SessionStore
+from tinyagent.web.sessions import SessionsFull, SessionStore
 
 
 class Clock:

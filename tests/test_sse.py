@@ -8,11 +8,14 @@ import threading
 import pytest
 from openai_stub import OpenAIStub
 
-from tinyagent import Agent
-from tinyagent.http import RequestFailed
+from tinyagent import Agent, ReAct
+from tinyagent.jsonhttp import RequestFailed
 from tinyagent.models import OpenAIChatModel
 from tinyagent.text import estimate_tokens
 from tinyagent.tools import Calculator
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False)
 
 USER = [{"role": "user", "content": "What is 6 times 7?"}]
 CALL = 'Thought: multiply\nAction: calculator\nAction Input: {"expression": "6*7"}\nObservation: 41'
@@ -105,7 +108,7 @@ def test_the_context_window_is_read_once_from_the_model_list():
 def test_the_agent_fits_a_long_chat_to_the_server_window():
     history = [(f"question {i} " + "words " * 300, f"answer {i}") for i in range(20)]  # ~12,000 estimated tokens
     with OpenAIStub("Final Answer: ok", models=[{"id": "stub-model", "max_model_len": 4096}]) as stub:
-        agent = Agent(model_for(stub), tools=[Calculator()], max_new_tokens=256)
+        agent = Agent(model_for(stub), tools=[Calculator()], max_new_tokens=256, protocol=CLASSIC)
         result = agent.run("the last question", history=history)
         sent = stub.requests[0]["body"]["messages"]
     assert result.answer == "ok"

@@ -20,13 +20,16 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 from test_cli import ROOT, SECRET, TINYAGENT
 
-from tinyagent import Agent, StopReason, tool
+from tinyagent import Agent, ReAct, StopReason, tool
 from tinyagent.agent.approval import Verdict
 from tinyagent.agent.hooks import Hooks
 from tinyagent.agent.telemetry import Tracing
 from tinyagent.runs import run_many
-from tinyagent.secrets import register_secret
+from tinyagent.redaction import register_secret
 from tinyagent.tools import Calculator
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False)
 
 CALC = 'Thought: compute.\nAction: calculator\nAction Input: {"expression": "6*7"}'
 WAIT_S = 60
@@ -59,7 +62,7 @@ def children(finished, parent) -> list:
 def test_a_two_step_run_is_one_agent_span_over_its_model_and_tool_calls(spans):
     provider, finished = spans
     model = ScriptedModel([CALC, "Thought: done.\nFinal Answer: 42"], usage=(120, 9))
-    result = Agent(model, [Calculator()], max_new_tokens=64, hooks=[Tracing(provider)]).run("What is 6*7?")
+    result = Agent(model, [Calculator()], max_new_tokens=64, hooks=[Tracing(provider)], protocol=CLASSIC).run("What is 6*7?")
     got = finished()
     assert tree(got) == {None: ["invoke_agent tinyagent"],
                          "invoke_agent tinyagent": ["chat ScriptedModel", "execute_tool calculator", "chat ScriptedModel"]}
@@ -96,7 +99,7 @@ def test_captured_text_and_every_attribute_are_redacted(spans, monkeypatch):
     model = ScriptedModel([f"Thought: my key is {SECRET}.\nAction: whoami\nAction Input: {{}}",
                            f"Final Answer: {SECRET}"], usage=(10, 2))
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")   # the standard switch
-    Agent(model, [whoami], hooks=[Tracing(provider)]).run(f"Is {SECRET} my key?")
+    Agent(model, [whoami], hooks=[Tracing(provider)], protocol=CLASSIC).run(f"Is {SECRET} my key?")
     got = finished()
     values = json.dumps([[dict(s.attributes), [dict(e.attributes) for e in s.events], s.status.description]
                          for s in got], default=list)
@@ -119,7 +122,7 @@ def test_a_model_error_and_a_refused_call_are_in_the_trace(spans):
             return super().generate(messages, stop, **kwargs)
 
     result = Agent(Breaks([CALC, "unused"]), [Calculator()], approve=lambda r: Verdict.refuse("not now"),
-                   hooks=[Tracing(provider)]).run("6*7?")
+                   hooks=[Tracing(provider)], protocol=CLASSIC).run("6*7?")
     assert result.stop_reason == StopReason.MODEL_ERROR
     got = finished()
     run = next(s for s in got if s.name.startswith("invoke_agent"))
@@ -138,7 +141,7 @@ def test_a_hook_that_fails_ends_the_run_span_as_a_hook_error(spans):
         def after_tool(self, call):
             raise OSError("cache full")
 
-    Agent(ScriptedModel([CALC, "unused"]), [Calculator()], hooks=[Broken(), Tracing(provider)]).run("6*7?")
+    Agent(ScriptedModel([CALC, "unused"]), [Calculator()], hooks=[Broken(), Tracing(provider)], protocol=CLASSIC).run("6*7?")
     run = next(s for s in finished() if s.name.startswith("invoke_agent"))
     assert run.attributes["tinyagent.stop_reason"] == "hook_error" and run.attributes["error.type"] == "hook_error"
     assert run.status.description == "the hook Broken.after_tool raised OSError: cache full"
@@ -180,7 +183,7 @@ def test_four_runs_in_threads_are_children_of_the_callers_span_each_with_its_own
     def factory():
         with lock:
             reply = CALC.replace("6*7", next(expressions))
-        return Agent(ScriptedModel([reply, "Final Answer: ok"], usage=(30, 4)), [Calculator()], hooks=[meet, tracing])
+        return Agent(ScriptedModel([reply, "Final Answer: ok"], usage=(30, 4)), [Calculator()], hooks=[meet, tracing], protocol=CLASSIC)
 
     with provider.get_tracer("test").start_as_current_span("batch") as batch:
         items = run_many(factory, questions, concurrency=4)
@@ -222,7 +225,7 @@ def test_tool_calls_running_at_once_parent_their_own_spans_under_their_own_call(
         with lock:
             url = next(urls)
         return Agent(ScriptedModel([f'Action: fetch\nAction Input: {{"url": "{url}"}}', "Final Answer: ok"]),
-                     [fetch], hooks=[tracing])
+                     [fetch], hooks=[tracing], protocol=CLASSIC)
 
     items = run_many(factory, ["q"] * 4, concurrency=4)
     assert all(item.ok for item in items)
@@ -247,7 +250,7 @@ def test_runs_batched_on_a_local_model_keep_their_model_spans_under_their_own_ru
     model = HFChatModel(tiny_llama_dir, max_batch=4, dtype="float32")
     tracing, meet = Tagged(provider), Meet(4)
     questions = ["What is 1+1?", "Who wrote Hamlet?", "Capital of France?", "2**10?"]
-    items = run_many(lambda: Agent(model, [Calculator()], max_turns=2, max_new_tokens=12, hooks=[meet, tracing]),
+    items = run_many(lambda: Agent(model, [Calculator()], max_turns=2, max_new_tokens=12, hooks=[meet, tracing], protocol=CLASSIC),
                      questions, concurrency=4)
     assert all(item.ok for item in items), [item.error for item in items]
     assert model._batcher.stepped > model._batcher.passes   # some passes decoded several runs together

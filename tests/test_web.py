@@ -24,10 +24,12 @@ from openai_stub import OpenAIStub
 from test_cli import ROOT, SEARCH_THEN_ANSWER, SECRET, TINYAGENT, free_port
 from test_mcp import live_children
 
-from tinyagent import cli, web, web_reply
-from tinyagent import secrets as secret_store
+from tinyagent.cli import commands as cli
+from tinyagent.web import page as web
+from tinyagent.web import reply as web_reply
+from tinyagent import redaction as secret_store
 from tinyagent.agent import Agent
-from tinyagent.tools.base import tool
+from tinyagent.tools.tool import tool
 
 # gradio's queue calls a pandas option that pandas 3 deprecates: not ours to fix
 pytestmark = pytest.mark.filterwarnings("ignore:::gradio.queueing")
@@ -366,7 +368,7 @@ def test_a_steps_argument_line_is_redacted_before_it_is_cut(monkeypatch):
     monkeypatch.setattr(secret_store, "_extra_secrets", set())
     key = "sk-page-0123456789abcdefghijklmnopqrstuv"
     secret_store.register_secret(key)
-    reply = web_reply.Reply("en")
+    reply = web_reply.PageReply("en")
     reply.on_step(Step(index=0, text="Thought: x", kind=StepKind.ACTION, action="lookup", arguments={"name": "n" * 170 + key}))
     log = reply.messages()[0]["metadata"]["log"]
     assert log.startswith('{"name": "' + "n" * 170) and not any(key[:k] in log for k in range(4, len(key) + 1))

@@ -4,11 +4,16 @@ page's `/approve` API, what its buttons call) runs, edits or refuses it; Stop en
 import json
 
 import pytest
+
+from tinyagent import ReAct
 from live_model import LiveModel, lookup
 from test_web import Visitor, start_page, text  # noqa: F401  (start_page is a fixture)
 
 from tinyagent.agent import Agent
 from tinyagent.agent.approval import Approver
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False)
 
 pytestmark = pytest.mark.filterwarnings("ignore:::gradio.queueing")
 
@@ -18,7 +23,7 @@ CALL = 'Thought: look it up.\nAction: lookup\nAction Input: {"name": "Jay Chou"}
 def approving(model, policy=None):
     """The page's agent factory: lookup needs approval; the page gives the approver its card."""
     return lambda **callbacks: Agent(model, tools=[lookup], max_turns=3,
-                                     approve=Approver(None, policy or {"lookup": "ask"}), **callbacks)
+                                     approve=Approver(None, policy or {"lookup": "ask"}), **callbacks, protocol=CLASSIC)
 
 
 def card_of(outputs) -> tuple[str, str] | None:

@@ -1,4 +1,4 @@
 """`python -m tinyagent` is the `tinyagent` command."""
-from .cli import main
+from .cli.commands import main
 
 raise SystemExit(main())

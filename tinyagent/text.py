@@ -6,7 +6,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable
 
-from .secrets import redact
+from .redaction import redact
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ import json
 import os
 import sys
 
-from ..models.base import usage_of
-from ..secrets import redact
+from ..models.model import Reply
+from ..redaction import redact
 from ..text import one_line
 from ..version import __version__
 from .hooks import Hooks, ModelCall, Run, ToolCall
@@ -126,7 +126,7 @@ class Tracing(Hooks):
                                                    m["content"]}]} for m in call.messages])})
 
     def after_model(self, call: ModelCall) -> None:
-        usage = usage_of(call.reply) if call.reply is not None else {}
+        usage = Reply.of(call.reply).usage if call.reply is not None else {}
         reply = str(call.reply) if call.reply is not None else None
         self._end(call, {
             "gen_ai.usage.input_tokens": usage.get("prompt_tokens"),

@@ -13,8 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 from ..format.arguments import ActionInputError, check_arguments_depth, read_arguments
 from ..format.kinds import StepKind
 from ..format.observations import kept, refused_observation, tool_failure
-from ..secrets import redact
-from ..tools.base import Tool, ToolError, invoke
+from ..format.templates import Prompts
+from ..redaction import redact
+from ..tools.tool import Tool, ToolError, invoke
 from . import hooks
 from .results import Step
 
@@ -58,16 +59,22 @@ def call(call: hooks.ToolCall, chain: list[hooks.Hooks], timeout: float | None) 
     return call
 
 
-def settle(step: Step, call: hooks.ToolCall, lang: str) -> str | None:
+def settle(step: Step, call: hooks.ToolCall, lang: str, prompts: Prompts) -> str | None:
     """Fill `step` in from what became of its call: the raw output to shape into its observation, or
     None when the call was refused (the observation then says why)."""
     if call.refusal is not None:
         step.kind, step.error = StepKind.REFUSED, call.refusal
-        step.observation = refused_observation(call.name, call.refusal, lang)
+        step.observation = refused_observation(call.name, call.refusal, lang, prompts)
         return None
     step.kind, step.error, step.tool_seconds = call.kind, call.error, call.seconds
     step.arguments, step.edited_from = call.arguments, call.edited_from
     return call.output
+
+
+def refuse_extra(step: Step, ran: int, made: int, lang: str, prompts: Prompts) -> None:
+    """A call past the protocol's cap on calls per reply (`Tools.max_calls`): not run, and the model told so."""
+    step.kind, step.error = StepKind.REFUSED, f"only the first {ran} of the {made} calls of one reply run"
+    step.observation = prompts.fill("tools.too_many_calls", lang, tool=step.action, ran=ran, made=made)
 
 
 def run(tool: Tool, arguments: dict, timeout: float | None) -> tuple[str, StepKind, str | None, float]:

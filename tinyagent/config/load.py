@@ -14,13 +14,13 @@ import typing
 from pathlib import Path
 
 from ..agent import telemetry
-from ..agent.loop import RECHECKS
 from ..agent.protocols import PROTOCOLS
+from ..agent.react import RECHECKS
 from ..engine.llama_runtime import INSTALL_HINT as LLAMACPP_HINT
 from ..engine.llama_runtime import llamacpp_available
 from ..format.step_format import INSTALL_HINT, outlines_available
 from ..models.openai import GUIDED_DECODING_FIELDS, SCRATCHPAD_MODES
-from ..secrets import register_args, register_secret, register_url
+from ..redaction import register_args, register_secret, register_url
 from ..text import clip
 from ..tools.mcp.spec import spec_problem
 from .schema import (
@@ -57,8 +57,6 @@ def load_config(path: str | os.PathLike | None = None, overrides: dict | None = 
     cfg = Config(source=source)
     for name, cls in SECTIONS.items():
         setattr(cfg, name, _build_section(cls, name, values[name], origin))
-    if cfg.agent.constrained is None:  # the embedded model follows the ReAct format only when constrained
-        cfg.agent.constrained = cfg.model.backend == "embedded"
     _check_values(cfg, lambda key: origin.get(key, source or ""))
     return cfg
 
@@ -163,7 +161,7 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
     choices = {"model.backend": (m.backend, BACKENDS), "model.dtype": (m.dtype, DTYPES),
                "model.runtime": (m.runtime, RUNTIMES),
                "model.scratchpad": (m.scratchpad, SCRATCHPAD_MODES), "agent.lang": (a.lang, LANGS),
-               "agent.protocol": (a.protocol, PROTOCOLS), "agent.recheck": (a.recheck, RECHECKS),
+               "agent.protocol": (a.protocol, PROTOCOLS), "agent.recheck": (a.recheck, (None, *RECHECKS)),
                "model.guided_decoding": (m.guided_decoding, (None, *GUIDED_DECODING_FIELDS)),
                "agent.approve_mcp": (a.approve_mcp, APPROVALS),
                **{f"agent.approve.{name}": (value, APPROVALS) for name, value in a.approve.items()}}
@@ -177,7 +175,7 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
                 "model.max_batch": (m.max_batch, 1), "model.kept_prefixes": (m.kept_prefixes, 0),
                 "model.context_window": (m.context_window, 16), "model.kv_cells": (m.kv_cells, 16),
                 "model.threads": (m.threads, 1),
-                "agent.max_observation_chars": (a.max_observation_chars, 1),
+                "agent.max_observation_chars": (a.max_observation_chars, 1), "agent.max_calls": (a.max_calls, 1),
                 "generation.repetition_penalty": (g.repetition_penalty, 1), "generation.no_repeat_ngram_size":
                 (g.no_repeat_ngram_size, 1), "generation.max_line_tokens": (g.max_line_tokens, 1),
                 "model.max_response_bytes": (m.max_response_bytes, 1024),

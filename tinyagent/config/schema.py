@@ -58,10 +58,13 @@ class GenerationConfig:
     max_line_tokens: int | None = None        # line budget of constrained replies (format.step_format.MAX_LINE_TOKENS)
 
 
-#: AgentConfig fields that choose tools, and those that choose hooks (approval, tracing); every other
-#: field is passed to `Agent(...)` as is.
-TOOL_FIELDS = ("tools", "corpus", "mcp_servers")
+#: AgentConfig fields that choose tools, that choose hooks (approval, tracing), and that are the protocol's own
+#: settings (`tinyagent.ReAct`, `tinyagent.Tools`); every other field is passed to `Agent(...)` as is.
+TOOL_FIELDS = ("tools", "corpus", "mcp_servers", "llm_fallback")
 HOOK_FIELDS = ("approve", "approve_mcp", "otel")
+OBSERVATION_FIELDS = ("max_observation_chars", "distill_observations")
+PROTOCOL_FIELDS = ("constrained", "examples", "recheck", "ask_answer", "thought_first", "working_first",
+                   "check_arithmetic", "parallel", "max_calls")
 APPROVALS = ("ask", "always", "never")
 
 
@@ -75,28 +78,30 @@ class AgentConfig:
     max_observation_chars: int | None = 4000
     llm_fallback: bool = False           # offer the model itself as a tool when no tool fits
     distill_observations: bool = False   # have the model shorten long observations
-    constrained: bool | None = None      # decode only valid steps; null: on for the embedded model
     protocol: str = "react"              # react (ReAct text), tools (the model's own tool calls) or auto
-    examples: bool = False               # worked examples for the agent's tools in the system prompt (few-shot)
-    recheck: str = "failed"              # answers sent back once to be checked: off | failed (right after a failed
-                                         # call) | results (also one that only repeats the last tool result)
-    ask_answer: bool = True              # a ReAct reply that only reasons is asked its Final Answer in the same step
-    thought_first: bool = False          # ReAct replies begin with `Thought:` (one that only reasons is asked its
-                                         # answer); off: measured, it cost the 0.5B model half its right answers
-    working_first: bool | None = None    # ReAct: the model first works the question out as it would alone (no
-                                         # tools, no format), then is offered the tools to check it; null: on for
-                                         # free decoding, off when constrained (measured: evals/README.md)
-    check_arithmetic: bool | None = None  # with working_first: the calculator checks the working's written
-                                         # arithmetic, its first wrong result is set right and the model goes on
-                                         # from there; null: on when the calculator is one of the tools
+    # The protocol's own settings. null: the protocol's default (docs/protocols.md), decided for the model and
+    # tools in one place (`ReAct.resolved`), the same as `Agent(model, tools)` in Python.
+    constrained: bool | None = None      # decode only valid steps; default: on for the embedded model
+    examples: bool | None = None         # react: the shipped worked examples for the tools (default off)
+    recheck: str | None = None           # react: off | failed (default) | results
+    ask_answer: bool | None = None       # react: a reply that only reasons is asked its answer (default on)
+    thought_first: bool | None = None    # react: replies begin with `Thought:` (default off)
+    working_first: bool | None = None    # react: the model's own working first (default: on when decoded free)
+    check_arithmetic: bool | None = None  # react: the calculator sets the working right (default: with calculator)
+    parallel: bool | None = None         # tools: the calls of one reply run at once (default on)
+    max_calls: int | None = None         # tools: the most calls of one reply that run (default 5)
     approve: dict[str, str] = field(default_factory=dict)  # {tool_name: ask | always | never} before each call
     approve_mcp: str = "always"          # MCP tools not named in `approve` (--approve: ask); built-ins: always
     otel: bool = False                   # OpenTelemetry spans for runs, model and tool calls (needs tinyagent[otel])
 
     def agent_kwargs(self) -> dict:
-        """The settings `Agent(...)` takes, under its own keyword names."""
+        """The settings `Agent(...)` takes as they are (the protocol and observations are built apart)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in TOOL_FIELDS + HOOK_FIELDS}
+                if f.name not in TOOL_FIELDS + HOOK_FIELDS + OBSERVATION_FIELDS + PROTOCOL_FIELDS + ("protocol",)}
+
+    def protocol_settings(self) -> dict:
+        """The protocol settings this config sets (null ones are left to the protocol's defaults)."""
+        return {name: getattr(self, name) for name in PROTOCOL_FIELDS if getattr(self, name) is not None}
 
 
 @dataclass

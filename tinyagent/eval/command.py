@@ -1,7 +1,7 @@
 """`python -m tinyagent.eval` (and `tinyagent eval`): load the model once, run a suite with a fresh agent
 per question and, beside it, the same model alone (`--baseline direct`, the default); write each mode's
 records as they finish (results.jsonl, direct.jsonl) and summary.json, print the two side by side.
-An --out folder that holds results is refused unless --resume or --overwrite (eval/results.py).
+An --out folder that holds results is refused unless --resume or --overwrite (eval/out_folder.py).
 `... compare DIR...` is `compare.main`."""
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from pathlib import Path
 
 from .. import config
 from ..agent import DirectAnswer
-from ..agent.loop import RECHECKS
+from ..agent.react import RECHECKS
 from ..agent.protocols import PROTOCOLS
 from ..runs import Runner
-from . import compare, results
+from . import compare, out_folder
 from .harness import EvalInterrupted, disagreements, evaluate, summarize
 from .progress import Progress
 from .provenance import provenance
@@ -138,21 +138,21 @@ def _run_mode(mode: str, items, factory: Callable[[], Runner], concurrency: int,
     progress = Progress(len(items), mode, stream, kept=kept)
     resumed = {"resumed_with": len(kept)} if kept else {}
     try:
-        with results.Appender(out, kept, name) as partial:
+        with out_folder.Appender(out, kept, name) as partial:
             def on_result(record: dict) -> None:
                 partial.append(record)
                 progress.update(record)
             new, summary = evaluate(todo, factory, concurrency, on_result)
     except EvalInterrupted as stop:
         progress.close()
-        stop.records = results.in_suite_order(ids, [*kept, *stop.records])
-        results.write_records(out / name, stop.records)
+        stop.records = out_folder.in_suite_order(ids, [*kept, *stop.records])
+        out_folder.write_records(out / name, stop.records)
         stop.summary = {**summarize(stop.records, stop.summary.get("wall_seconds")), "interrupted": True,
                         "mode": mode, **resumed}
         raise
     progress.close()
-    records = results.in_suite_order(ids, [*kept, *new])
-    results.write_records(out / name, records)  # suite order, whatever order they finished in
+    records = out_folder.in_suite_order(ids, [*kept, *new])
+    out_folder.write_records(out / name, records)  # suite order, whatever order they finished in
     return records, {**summarize(records, summary["wall_seconds"]), "mode": mode, **resumed}
 
 
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     out = Path(args.out or f"out/eval-{Path(args.suite).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        kept = results.prepare(out, args.resume, args.overwrite, [RESULT_FILES[m] for m in modes])
+        kept = out_folder.prepare(out, args.resume, args.overwrite, [RESULT_FILES[m] for m in modes])
     except OSError as e:
         return fail(f"cannot create the output folder {out}: {e.strerror or e}")
     except results.ResultsError as e:
@@ -202,7 +202,12 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
             return fail(str(e))
         except (OSError, ImportError, ValueError, RuntimeError) as e:
             return fail(f"cannot load the model: {type(e).__name__}: {' '.join(str(e).split())[:300]}", 1)
-        summary["run"] = provenance(cfg, args.suite, f"{prog} {shlex.join(argv)}", args.baseline, concurrency)
+        try:
+            probe = config.build_agent(cfg, model, tools=tools)  # the protocol as the run's agents resolve it
+        except (config.ConfigError, ValueError, ImportError) as e:
+            return fail(str(e))
+        summary["run"] = provenance(cfg, probe, args.suite, f"{prog} {shlex.join(argv)}", args.baseline,
+                                    concurrency)
         fresh = args.fresh_cache and concurrency == 1 and hasattr(model, "reset_cache")
         factories = {AGENT: fresh_each(lambda: config.build_agent(cfg, model, tools=tools), model, fresh),
                      DIRECT: fresh_each(direct_factory(cfg, model), model, fresh)}
@@ -227,7 +232,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     summary["interrupted"] = code == 130
     if summary[AGENT] and summary[DIRECT]:
         summary["disagreements"] = disagreements([(m, records[m]) for m in (AGENT, DIRECT)])
-    results.write_summary(out, summary)
+    out_folder.write_summary(out, summary)
     say(format_summary(summary))
     for mode in modes:
         if summary[mode]:

@@ -1,5 +1,5 @@
-"""The no-agent baseline as text: one plain prompt (en / zh) asking the model for its working and a last
-line with the answer, and reading that line back. Pure text; no tools, no ReAct labels.
+"""The no-agent baseline as text: one plain prompt (en / zh, data/prompts/direct.yaml) asking the model for its
+working and a last line with the answer, and reading that line back. Pure text; no tools, no ReAct labels.
 
 The eval harness asks the same model the same questions this way (`--baseline direct`) to tell whether
 the agent around it is why it is right.
@@ -9,13 +9,7 @@ from __future__ import annotations
 import re
 
 from ..text import mask_thinking
-
-DIRECT_PROMPT = {
-    "en": "Answer the question below. Work it out step by step, then end your reply with a last line "
-          "of exactly this form, where X is the answer alone:\nThe answer is X.\n\nQuestion: {question}",
-    "zh": "请回答下面的问题。先一步一步写出解题过程，最后单独写一行，格式必须是（X 只写答案本身）：\n"
-          "答案是 X。\n\n问题：{question}",
-}
+from .templates import Prompts, shipped
 
 # "The answer is 18.", "**Final answer is: $18**", "答案是 18。", "答案为：18": the line's start may carry
 # markdown markers, the answer runs to the end of the line.
@@ -27,16 +21,10 @@ _ANSWER_LINE = re.compile(
 _TRIM = " \t*_`.。!！"
 
 
-def direct_messages(question: str, lang: str = "en") -> list[dict]:
-    """The baseline's whole conversation: one user message holding the instruction and the question."""
-    return [{"role": "user", "content": DIRECT_PROMPT[lang].format(question=question)}]
-
-
-# `Agent(check_arithmetic=True)`: a note of the working step for each result the calculator set right.
-CORRECTION_NOTE = {
-    "en": "calculator: {claim} is wrong, {expression} = {value}; the working goes on from there",
-    "zh": "计算器：{claim} 是错的，{expression} = {value}；解题过程从这里接着写",
-}
+def direct_messages(question: str, lang: str = "en", prompts: Prompts | None = None) -> list[dict]:
+    """The baseline's whole conversation: one user message holding the instruction and the question
+    (data/prompts/direct.yaml)."""
+    return [{"role": "user", "content": (prompts or shipped()).fill("direct.question", lang, question=question)}]
 
 
 def read_direct_answer(reply: str) -> str | None:

@@ -10,15 +10,9 @@ from collections.abc import Iterable
 from ..text import detect_lang
 from .kinds import StepKind
 from .observations import format_observation
+from .templates import shipped
 
 Message = dict  # {"role": "system" | "user" | "assistant" | "tool", "content": str, ...}
-
-FOLD_INSTRUCTION = {
-    "en": "Your reply so far is below. Continue it from exactly where it ends; "
-          "do not repeat any of it.\n\n",
-    "zh": "下面是你到目前为止的回复。请从它结束的地方直接接着写，不要重复其中任何内容。\n\n",
-}
-
 
 def history_to_messages(history: Iterable | None) -> list[Message]:
     """TinyAgent history (a list of (user, assistant) pairs) or message dicts -> messages."""
@@ -58,7 +52,7 @@ def fold_scratchpad(messages: list[Message]) -> list[Message]:
     pad = last["content"]
     user = rest.pop()["content"] if rest and rest[-1]["role"] == "user" else ""
     lang = detect_lang(user + pad)
-    content = (user.rstrip() + "\n\n" if user.strip() else "") + FOLD_INSTRUCTION[lang] + pad
+    content = (user.rstrip() + "\n\n" if user.strip() else "") + shipped().text("common.fold", lang) + pad
     return [*rest, {"role": "user", "content": content}]
 
 

@@ -37,10 +37,10 @@ import requests
 
 from ..format.messages import Message, fold_scratchpad
 from ..format.step_format import pattern_of, require_outlines
-from ..http import MAX_BODY_BYTES, Deadline, RequestFailed, Session, body_chunks, json_body, post_json
-from ..secrets import register_secret, register_url
+from ..jsonhttp import MAX_BODY_BYTES, Deadline, RequestFailed, Session, body_chunks, json_body, post_json
+from ..redaction import register_secret, register_url
 from ..text import TextCallback, estimate_tokens, trim_at_stop
-from .base import BaseModel, Completion
+from .model import BaseModel, Reply
 from .openai_calls import MESSAGE_KEYS
 from .sse import error_detail, read_body, read_stream
 
@@ -168,7 +168,7 @@ class OpenAIChatModel(BaseModel):
 
     # --- the BaseModel interface -------------------------------------------------------------
 
-    def generate(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> Completion:
+    def generate(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> Reply:
         """The model's next text for `messages`, cut before the first stop string, with usage counts
         (estimated where the server sent none)."""
         on_text: TextCallback | None = kwargs.pop("on_text", None)
@@ -191,7 +191,7 @@ class OpenAIChatModel(BaseModel):
         finally:
             response.close()
         prompt_tokens, completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        return Completion(
+        return Reply(
             text,
             prompt_tokens=self.count_tokens(payload["messages"]) if prompt_tokens is None else prompt_tokens,
             completion_tokens=estimate_tokens(text) if completion_tokens is None else completion_tokens,

@@ -1,6 +1,6 @@
 """Tools the agent can call. Each describes itself for the prompt and validates its arguments."""
 from . import mcp
-from .base import (
+from .tool import (
     FunctionTool,
     Tool,
     ToolArgumentError,

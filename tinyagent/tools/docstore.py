@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .base import Tool, ToolError
+from .tool import Tool, ToolError
 from .local_search import Corpus, Document, normalize, shorten
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])")

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import os
 
-from ..http import Deadline, RequestFailed, json_body, post_json
-from ..secrets import register_secret, register_url
-from .base import Tool, ToolError
+from ..jsonhttp import Deadline, RequestFailed, json_body, post_json
+from ..redaction import register_secret, register_url
+from .tool import Tool, ToolError
 
 SERPER_URL = "https://google.serper.dev/search"
 KEY_ENV = "SERPER_API_KEY"

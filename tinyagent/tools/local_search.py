@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from .base import Tool, ToolError
+from .tool import Tool, ToolError
 
 log = logging.getLogger(__name__)
 

@@ -23,11 +23,11 @@ import weakref
 from collections.abc import Mapping, Sequence
 
 from ...format.observations import kept
-from ...secrets import redact, register_args, register_secret
+from ...redaction import redact, register_args, register_secret
 from ...text import clip
-from ..base import Tool, ToolError
+from ..tool import Tool, ToolError
 from .spec import INSTALL_HINT, MCPServerError
-from .tool import DESCRIPTION_CHARS, MCPTool, result_text
+from .server_tool import DESCRIPTION_CHARS, MCPTool, result_text
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ import json
 import os
 from collections.abc import Callable
 
-from .agent.approval import ApprovalRequest, Verdict
+from ..agent.approval import ApprovalRequest, Verdict
 from .report import note
-from .secrets import redact
+from ..redaction import redact
 
 TTY = "/dev/tty"
 NO_TERMINAL = "it needs approval and there is no terminal to ask on"

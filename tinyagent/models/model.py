@@ -1,59 +1,46 @@
-"""The model interface (layer 2): one method to implement, `generate`."""
+"""The model interface (layer 2): one method to implement, `generate`, and the `Reply` it returns."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
 from ..format.messages import Message
-from ..tutorial import TutorialModel
 
 
-class Completion(str):
-    """Text returned by `generate`, carrying usage counts where the backend knows them.
+@dataclass(frozen=True)
+class Reply:
+    """What `generate` returns: the new text, the tool calls the backend parsed itself, and what the call cost.
 
-    It is a plain `str` for every caller; the agent reads the counts with `usage_of`.
-    Returning a value (rather than storing "last usage" on the model) keeps one model
-    safe to share between threads.
+    A value, not text with attributes: a changed reply is a new one (`dataclasses.replace`), so nothing
+    is dropped on the way. Returning it (rather than storing "last usage" on the model) keeps one model
+    safe to share between threads. A custom model may return a plain `str`; `Reply.of` wraps it once.
     """
 
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    seconds: float | None
-    cached_tokens: int | None
-    tool_calls: list[dict] | None  # calls the backend parsed itself: [{"id", "name", "arguments"}]
-    finish_reason: str | None       # "stop" (a stop string or the end of the turn) or "length" (max_new_tokens)
+    text: str
+    tool_calls: list[dict] | None = None  # calls the backend parsed itself: [{"id", "name", "arguments"}]
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None        # prompt tokens read from the KV cache, not computed again
+    seconds: float | None = None
+    finish_reason: str | None = None        # "stop" (a stop string or the end of the turn) or "length"
 
-    def __new__(
-        cls,
-        text: str,
-        prompt_tokens: int | None = None,
-        completion_tokens: int | None = None,
-        seconds: float | None = None,
-        cached_tokens: int | None = None,
-        tool_calls: list[dict] | None = None,
-        finish_reason: str | None = None,
-    ) -> Completion:
-        obj = super().__new__(cls, text)
-        obj.tool_calls = tool_calls
-        obj.prompt_tokens = prompt_tokens
-        obj.completion_tokens = completion_tokens
-        obj.seconds = seconds
-        obj.cached_tokens = cached_tokens
-        obj.finish_reason = finish_reason
-        return obj
+    @classmethod
+    def of(cls, value: Reply | str) -> Reply:
+        """`value` as a Reply: a plain `str` (a custom model's) becomes one without counts."""
+        if isinstance(value, Reply):
+            return value
+        if isinstance(value, str):
+            return cls(value)
+        raise TypeError(f"generate() must return a Reply or a str, not {type(value).__name__}")
+
+    @property
+    def usage(self) -> dict:
+        """The counts, as a run adds them up."""
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "seconds": self.seconds, "cached_tokens": self.cached_tokens, "finish_reason": self.finish_reason}
 
 
-def usage_of(text: str) -> dict:
-    """Usage counts of a `generate` result; all None for a plain str."""
-    return {
-        "prompt_tokens": getattr(text, "prompt_tokens", None),
-        "completion_tokens": getattr(text, "completion_tokens", None),
-        "seconds": getattr(text, "seconds", None),
-        "cached_tokens": getattr(text, "cached_tokens", None),
-        "finish_reason": getattr(text, "finish_reason", None),
-    }
-
-
-class BaseModel(TutorialModel, ABC):
+class BaseModel(ABC):
     """A chat model. Subclasses implement `generate`; everything else is built on it.
 
     `generate(messages, stop, **kwargs)` returns only new text. When the last message is an
@@ -62,9 +49,8 @@ class BaseModel(TutorialModel, ABC):
     pass, all optional for a subclass to honour: `max_new_tokens`, `temperature`, `top_p`,
     `on_text` (a callback receiving text as it is generated), `constraint` (the step format),
     `tools` (the tools protocol: function schemas for the chat template or server; a backend that
-    parses calls itself returns them as `Completion.tool_calls`).
+    parses calls itself returns them as `Reply.tool_calls`).
     Backends call `check_generation_options` so a misspelt setting is an error, not ignored.
-    `chat(prompt, history, meta_instruction)` is the tutorial's call shape (`tinyagent.tutorial`).
     """
 
     #: Tokens of this model's chat template that must not appear literally in tool output.
@@ -84,6 +70,9 @@ class BaseModel(TutorialModel, ABC):
     tool_format: str | None = None
     native_tools: bool = False
     tool_call_turns: bool = False
+    #: Whether this model follows the ReAct format only when its decoding is constrained (the embedded 135M
+    #: model): what `ReAct(constrained=None)` and `Tools(constrained=None)` decide from.
+    prefers_constrained: bool = False
     #: What serves the model, for traces (OpenTelemetry's gen_ai.provider.name).
     provider: str = "tinyagent"
 
@@ -93,8 +82,9 @@ class BaseModel(TutorialModel, ABC):
         return type(self).__name__
 
     @abstractmethod
-    def generate(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> str:
-        """Return the model's next text for `messages`, ending before the first stop string."""
+    def generate(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> Reply | str:
+        """The model's next text for `messages`, ending before the first stop string, as a `Reply` (a
+        plain `str` is taken too)."""
 
     def unknown_options(self, options, agent_options: bool = True) -> list[str]:
         """The keywords in `options` this backend does not take, sorted."""

@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import sys
 
-from .agent import StepKind, StopReason
-from .format.observations import observation_line
-from .format.prompts import FORCE_FINAL
-from .secrets import redact, secrets
-from .text import lang_for
-from .trace import TraceWriter, dumps, to_jsonable
+from ..agent import StepKind, StopReason
+from ..format.observations import observation_line
+from ..format.templates import shipped
+from ..redaction import redact, secrets
+from ..text import lang_for
+from ..traces import TraceWriter, dumps, to_jsonable
 
 PROG = "tinyagent"
 
@@ -117,7 +117,7 @@ class Reporter:
             return
         if self._turns() >= self.max_turns and not self._forced_shown:
             self._forced_shown = True
-            self._out(FORCE_FINAL[self.lang] + ("" if text[0].isspace() else " "))
+            self._out(shipped().text("react.force_final", self.lang) + ("" if text[0].isspace() else " "))
         self._stream_out(text)
         self._streamed, self._line_open = True, not text.endswith("\n")
 
@@ -130,7 +130,7 @@ class Reporter:
         self._stream_out("", final=True)
         if not self._streamed:  # --no-stream, or a backend that does not stream
             forced = step.kind in (StepKind.FORCED_ANSWER, StepKind.NO_FORCED_ANSWER)
-            self._out((FORCE_FINAL[self.lang] + " " if forced else "") + step.text.lstrip(" ") + "\n")
+            self._out((shipped().text("react.force_final", self.lang) + " " if forced else "") + step.text.lstrip(" ") + "\n")
         elif self._line_open:
             self._out("\n")
         self._line_open = self._streamed = False

@@ -8,7 +8,7 @@ page keeps in a hidden field: Gradio's session hash is chosen by the client, so 
 Up to `max_runs` questions run at once (a model that cannot run two generations at once serialises
 them itself); more wait in Gradio's queue, which shows each its place. Questions are at most
 `max_question_chars` long. A tool call waiting for approval shows in the step stream and as a card
-under the chat (web_approval.py). Everything shown passes through `redact`.
+under the chat (approval.py). Everything shown passes through `redact`.
 Gradio is imported only when a page is built: `pip install 'tinyagent[web]'`.
 """
 import logging
@@ -19,13 +19,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from . import web_approval
-from .agent import Agent
-from .agent.approval import give_asker
-from .secrets import redact
+from . import approval
+from ..agent import Agent
+from ..agent.approval import give_asker
+from ..redaction import redact
 from .sessions import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL, SessionsFull, SessionStore
-from .text import detect_lang, lang_for, one_line
-from .web_reply import LABELS, Messages, Reply
+from ..text import detect_lang, lang_for, one_line
+from .reply import LABELS, Messages, PageReply
 
 if TYPE_CHECKING:
     import gradio as gr
@@ -66,7 +66,7 @@ class Session:
         self.events: queue.Queue = queue.Queue()
         self.agent = factory(on_step=lambda s: self.events.put(("step", s)),
                              on_text=lambda t: self.events.put(("text", t)))
-        self.pending = web_approval.Pending(lambda kind, request: self.events.put((kind, request)))
+        self.pending = approval.Pending(lambda kind, request: self.events.put((kind, request)))
         give_asker(self.agent.hooks, self.pending.ask)  # approvers with no one to ask: the page's card
         self.messages: Messages = []
         self.running = threading.Lock()  # one run at a time per conversation
@@ -84,7 +84,7 @@ class Session:
     def ask(self, question: str) -> Iterator[Messages]:
         """Run `question` in a worker thread, yielding the chat after each batch of events."""
         lang = lang_for(self.agent.lang, question)
-        reply, before = Reply(lang), self.messages + [{"role": "user", "content": redact(question)}]
+        reply, before = PageReply(lang), self.messages + [{"role": "user", "content": redact(question)}]
         outcome: dict = {}
 
         def work() -> None:
@@ -125,7 +125,7 @@ class Session:
         yield self.messages
 
     @staticmethod
-    def _apply(reply: Reply, event: tuple[str, object]) -> bool:
+    def _apply(reply: PageReply, event: tuple[str, object]) -> bool:
         """Feed one event to `reply`; False once the run is over."""
         kind, value = event
         if kind == "text":
@@ -187,14 +187,14 @@ class ChatPage:
 
     def approve(self, key: str, decision: str, arguments: str = "", reason: str = "") -> bool:
         """Answer the session's call waiting for approval (run, always, edit, refuse); False when none waits."""
-        verdict, session = web_approval.verdict_of(decision, arguments, reason), self.sessions.find(key)
+        verdict, session = approval.verdict_of(decision, arguments, reason), self.sessions.find(key)
         return session is not None and session.pending.answer(verdict)
 
     def card(self, key: str) -> tuple:
-        """What the approval card shows now (`web_approval.Pending.card`); hidden for no session."""
+        """What the approval card shows now (`approval.Pending.card`); hidden for no session."""
         session = self.sessions.find(key)
         if session is None:
-            return web_approval.card_values(_gradio(), None, "en")
+            return approval.card_values(_gradio(), None, "en")
         return session.pending.card(_gradio(), session.agent.lang)
 
     def clear(self, key: str) -> Messages:
@@ -229,7 +229,7 @@ class ChatPage:
                 send = gr.Button("Send · 发送", variant="primary", scale=1, elem_id="send")
                 halt = gr.Button("Stop · 停止", variant="stop", scale=1, elem_id="stop")
                 wipe = gr.Button("Clear · 清空", scale=1, elem_id="clear")
-            card = web_approval.Card.build(gr)
+            card = approval.Card.build(gr)
             key = gr.Textbox(visible=False, elem_id="session")  # the server's id of this tab's conversation
             runs = {"concurrency_limit": self.max_runs, "concurrency_id": "runs"}  # more wait in the queue
             shown = [chat, box, key, *card.outputs]

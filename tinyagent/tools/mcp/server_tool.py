@@ -11,7 +11,7 @@ from typing import Protocol
 
 from ...format.observations import neutralize_control_tokens, neutralized
 from ...text import clip
-from ..base import Tool
+from ..tool import Tool
 
 #: Tool and parameter descriptions longer than this are cut, so many tools still fit the prompt.
 DESCRIPTION_CHARS = 300

@@ -9,7 +9,7 @@ import threading
 import typing
 from collections.abc import Callable
 
-from . import schema as _schema
+from . import json_schema
 
 Text = str | dict  # a plain string, or {"en": ..., "zh": ...}
 
@@ -91,7 +91,7 @@ class Tool:
         if missing:
             raise ToolArgumentError(f"missing required parameter(s): {', '.join(map(repr, missing))}")
         try:
-            return {name: _schema.check(name, value, known[name].get("schema") or {})
+            return {name: json_schema.check(name, value, known[name].get("schema") or {})
                     for name, value in args.items()}
         except ValueError as e:
             raise ToolArgumentError(str(e)) from None
@@ -243,9 +243,9 @@ def _parameters_from_signature(fn: Callable, arg_docs: dict[str, str]) -> tuple[
             "name": p.name,
             "description": arg_docs.get(p.name, ""),
             "required": p.default is inspect.Parameter.empty,
-            "schema": _schema.schema_of(annotation),
+            "schema": json_schema.schema_of(annotation),
         })
-        convert = _schema.converter(annotation)
+        convert = json_schema.converter(annotation)
         if convert is not None:
             converters[p.name] = convert
     return params, converters

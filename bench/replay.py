@@ -12,10 +12,10 @@ import dataclasses
 import time
 from collections.abc import Iterable
 
-from ..format.messages import Message
-from .base import BaseModel, Completion
-from .llamacpp import LlamaCppModel
-from .local import LocalChatModel
+from tinyagent.format.messages import Message
+from tinyagent.models.model import BaseModel, Reply
+from tinyagent.models.llamacpp import LlamaCppModel
+from tinyagent.models.local import LocalChatModel
 
 
 @dataclasses.dataclass
@@ -176,12 +176,12 @@ def reply_ids(model: LocalChatModel, prompt_text: str, prompt_ids: list[int], te
 
 
 def replay_generate(model: LocalChatModel, messages: list[Message], reply: RecordedReply, stop: list[str] | None = None,
-                    max_new_tokens: int | None = None) -> tuple[Completion, ReplayCounts]:
+                    max_new_tokens: int | None = None) -> tuple[Reply, ReplayCounts]:
     """Run `model.generate(messages, stop)` with the recorded reply forced token by token.
 
     With stop strings the reply's `text` is forced (generation stops where the stop strings stop
     it); without, `text + continuation` is, as a model with no stop strings writes it. Returns the
-    model's Completion and what it cost.
+    model's Reply and what it cost.
     """
     started = time.perf_counter()
     prompt_text = model.render_prompt(messages)
@@ -218,7 +218,7 @@ class ReplayModel(BaseModel):
         self.last_reply_tokens = 0    # ... and the tokens of its reply: together, the transcript
 
     def generate(self, messages: list[Message], stop: list[str] | None = None, *,
-                 max_new_tokens: int | None = None, **ignored) -> Completion:
+                 max_new_tokens: int | None = None, **ignored) -> Reply:
         if not self.replies:
             raise RuntimeError("no recorded reply left: the agent asked for more steps than were recorded")
         reply = self.replies.pop(0)

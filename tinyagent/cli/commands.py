@@ -15,19 +15,19 @@ import time
 import traceback
 from collections.abc import Callable
 
-from . import config as configuration
-from . import web
-from .agent.approval import give_asker
-from .eval import command as evaluation
-from .http import RequestFailed
-from .models.embedded import NOTICE as EMBEDDED_NOTICE
+from .. import config as configuration
+from ..web import page
+from ..agent.approval import give_asker
+from ..eval import command as evaluation
+from ..jsonhttp import RequestFailed
+from ..models.embedded import NOTICE as EMBEDDED_NOTICE
 from .options import add_model_options, add_web_options, config_from_args, loopback, web_login
 from .report import PROG, Reporter, answer, note
-from .secrets import redact, register_url
+from ..redaction import redact, register_url
 from .terminal import TerminalApprover
-from .text import one_line
-from .trace import TraceWriter, dumps
-from .version import __version__
+from ..text import one_line
+from ..traces import TraceWriter, dumps
+from ..version import __version__
 
 EXIT_RUNTIME, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 log = logging.getLogger(__name__)
@@ -194,7 +194,7 @@ def web_page(args: argparse.Namespace, model=None) -> int:
     cfg = config_from_args(args)
     auth = web_login(cfg, args.auth)  # before a slow load: a missing password is a usage error
     try:
-        web.require_gradio()
+        page.require_gradio()
     except ImportError as e:
         raise LoadError(str(e)) from None
     tools = configuration.build_tools(cfg)
@@ -210,19 +210,19 @@ def web_page(args: argparse.Namespace, model=None) -> int:
         w = cfg.web
         if cfg.model.backend == "embedded":
             about += f"\n\n{EMBEDDED_NOTICE}"
-        page = web.ChatPage(new_agent, about, max_question_chars=w.max_question_chars, max_sessions=w.max_sessions,
-                            session_ttl=w.session_ttl, max_runs=w.max_runs).build()
+        chat_page = page.ChatPage(new_agent, about, max_question_chars=w.max_question_chars,
+                                  max_sessions=w.max_sessions, session_ttl=w.session_ttl, max_runs=w.max_runs).build()
         if auth is None and (args.share or not loopback(args.host)):
             log.warning("the chat page is open to %s without a login: anyone there can use its model and tools. "
                         "Add --auth USER (password from %s)", "anyone with the public link" if args.share else
                         f"other machines ({args.host})", w.auth_password_env)
         try:
-            url, public = web.serve(page, args.host, args.port, args.share, auth)
+            url, public = page.serve(chat_page, args.host, args.port, args.share, auth)
         except OSError as e:
             raise LoadError(f"could not serve the page on {args.host}:{args.port}: the port is in use or not "
                             f"allowed ({type(e).__name__}); choose another with --port") from e
         note(f"Chat page at {url}" + (f" and {public}" if public else "") + " (Ctrl-C to stop)")
-        page.block_thread()
+        chat_page.block_thread()
     finally:
         configuration.close_tools(tools)  # stops the MCP servers of --mcp / agent.mcp_servers
         if tracing is not None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 
-from . import web_approval
-from .agent import AgentResult, Step, StepKind, StopReason
-from .agent.approval import ApprovalRequest
-from .format.observations import observation_line
-from .report import summary
-from .secrets import redact, secrets
-from .text import clip, one_line
+from . import approval
+from ..agent import AgentResult, Step, StepKind, StopReason
+from ..agent.approval import ApprovalRequest
+from ..format.observations import observation_line
+from ..cli.report import summary
+from ..redaction import redact, secrets
+from ..text import clip, one_line
 
 Messages = list[dict]
 
@@ -43,7 +43,7 @@ def shown(text: str, final: bool = False) -> str:
     return text
 
 
-class Reply:
+class PageReply:
     """One answer as chat messages: a block per step (the one being written pending), then the answer."""
 
     def __init__(self, lang: str):
@@ -81,7 +81,7 @@ class Reply:
         if self.writing.strip() or self.waiting is not None:
             title = self.labels["step"].format(n=len(self.steps) + 1)
             if self.waiting is not None:
-                title += f" · {self.waiting.name} · {web_approval.LABELS[self.lang]['waiting']}"
+                title += f" · {self.waiting.name} · {approval.LABELS[self.lang]['waiting']}"
             out.append(message(shown(self.writing), {"title": title, "status": "pending"}))
         if done:
             out.append(message(redact(self.answer)))

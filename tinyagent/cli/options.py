@@ -6,9 +6,9 @@ import argparse
 import os
 import shlex
 
-from . import config as configuration
-from .agent.protocols import PROTOCOLS
-from .secrets import register_secret
+from .. import config as configuration
+from ..agent.protocols import PROTOCOLS
+from ..redaction import register_secret
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:

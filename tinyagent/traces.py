@@ -7,7 +7,7 @@ import json
 import os
 import threading
 
-from .secrets import NESTED_TOO_DEEPLY, redact
+from .redaction import NESTED_TOO_DEEPLY, redact
 
 #: Containers deeper than this in a record are written as NESTED_TOO_DEEPLY (a run's own records nest
 #: about 6 deep; a tool's arguments add their own levels, at most format.arguments.MAX_ARGS_DEPTH).

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ..secrets import redact
+from ..redaction import redact
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .agent.approval import ApprovalRequest, Decision, Verdict
-from .secrets import redact
-from .text import lang_for
+from ..agent.approval import ApprovalRequest, Decision, Verdict
+from ..redaction import redact
+from ..text import lang_for
 
 LABELS = {
     "en": {"waiting": "waiting for your approval", "card": "**{tool}** wants to run with these arguments. Approve "

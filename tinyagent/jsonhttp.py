@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 
 import requests
 
-from .secrets import redact
+from .redaction import redact
 from .text import clip
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from ..format.direct import direct_messages, read_direct_answer
 from ..format.kinds import StepKind
-from ..models.base import BaseModel, usage_of
+from ..models.model import BaseModel, Reply
 from ..text import lang_for, one_line
 from .results import AgentResult, Step, StopReason
 
@@ -46,22 +46,21 @@ class DirectAnswer:
         lang = lang_for(self.lang, question)
         result = AgentResult(question=question, lang=lang)
         try:
-            reply = self.model.generate(direct_messages(question, lang), **self.generate_kwargs)
+            reply = Reply.of(self.model.generate(direct_messages(question, lang), **self.generate_kwargs))
         except Exception as e:
             log.info("the model failed", exc_info=True)
             result.error = one_line(e, limit=None)
             step = Step(index=0, text="", kind=StepKind.MODEL_ERROR, error=result.error)
             reason = StopReason.MODEL_ERROR
         else:
-            usage = usage_of(reply)
-            result.add_usage(usage)
-            text = str(reply).strip()
+            result.add_usage(reply)
+            text = reply.text.strip()
             answer = read_direct_answer(text)
             kind = StepKind.FINAL_ANSWER if answer else StepKind.NO_ACTION if text else StepKind.EMPTY
             step = Step(index=0, text=text, kind=kind, final_answer=answer or text,
                         error=None if answer else "no answer line" if text else "empty reply",
-                        prompt_tokens=usage["prompt_tokens"], completion_tokens=usage["completion_tokens"],
-                        cached_tokens=usage["cached_tokens"], model_seconds=time.perf_counter() - started)
+                        prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
+                        cached_tokens=reply.cached_tokens, model_seconds=time.perf_counter() - started)
             result.answer = step.final_answer
             reason = StopReason.FINAL_ANSWER if answer else StopReason.NO_ACTION
         result.steps.append(step)
