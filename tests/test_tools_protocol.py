@@ -152,12 +152,12 @@ def test_auto_picks_react_for_local_models_and_the_servers_format_behind_a_serve
 
     assert auto_protocol(OpenAIChatModel("http://127.0.0.1:9/v1", "m")) == "tools"
     with pytest.raises(ValueError, match="protocol must be one of react, tools, auto"):
-        Agent(plain, protocol=CLASSIC)
+        Agent(plain, protocol="native")
 
 
 def test_the_protocol_setting_in_config_and_on_the_command_line(tmp_path):
     assert load_config(None).agent.protocol == "react"
-    assert load_config(None, {"agent.protocol": "tools"}).agent.agent_kwargs()["protocol"] == "tools"
+    assert load_config(None, {"agent.protocol": "tools"}).agent.protocol == "tools"
     with pytest.raises(ConfigError, match="agent.protocol"):
         load_config(None, {"agent.protocol": "json"})
     from tinyagent.cli.commands import build_parser

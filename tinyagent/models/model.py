@@ -24,6 +24,10 @@ class Reply:
     seconds: float | None = None
     finish_reason: str | None = None        # "stop" (a stop string or the end of the turn) or "length"
 
+    def __str__(self) -> str:
+        """The text alone (`print(reply)`); string operations need `reply.text`, which keeps nothing else."""
+        return self.text
+
     @classmethod
     def of(cls, value: Reply | str) -> Reply:
         """`value` as a Reply: a plain `str` (a custom model's) becomes one without counts."""
