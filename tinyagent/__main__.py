@@ -1,4 +1,4 @@
 """`python -m tinyagent` is the `tinyagent` command."""
-from .cli.commands import main
+from .cli import main
 
 raise SystemExit(main())

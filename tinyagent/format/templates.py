@@ -36,7 +36,7 @@ class Prompts:
         texts = self.texts[name]
         return texts.get(lang) or texts["en"]
 
-    def fill(self, name: str, lang: str = "en", **slots) -> str:
+    def fill(self, name: str, lang: str = "en", /, **slots) -> str:
         """The prompt `name` in `lang` with its slots filled; a slot the text has but `slots` lacks stays
         as written (an override may leave slots out, and a bug shows in the text rather than raising)."""
         return _SLOT.sub(lambda m: str(slots[m.group(1)]) if m.group(1) in slots else m.group(0),
