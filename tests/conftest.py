@@ -58,6 +58,15 @@ class ScriptedModel(BaseModel):
         return text
 
 
+def built_as(model):
+    """A stand-in for `config.build_model` that gives `model`, which then says of itself what the configured
+    model would (the embedded one prefers constrained decoding, so its config runs ReAct steps)."""
+    def build(cfg):
+        model.prefers_constrained = cfg.model.backend == "embedded"
+        return model
+    return build
+
+
 @pytest.fixture
 def scripted():
     """Factory: scripted(["reply 1", "reply 2"]) -> ScriptedModel."""

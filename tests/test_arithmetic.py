@@ -164,8 +164,9 @@ def test_only_with_the_calculator_and_the_working_first_unless_asked():
     model = ScriptedModel([WRONG, "Final Answer: 57"])
     Agent(model, tools=[Calculator()], protocol=ReAct(working_first=True, check_arithmetic=False)).run(QUESTION)
     assert len(model.calls) == 2
-    assert Agent(ScriptedModel([]), tools=[LocalSearch()], protocol=ReAct(working_first=True, check_arithmetic=True)).check_arithmetic
-    assert not Agent(ScriptedModel([]), tools=[Calculator()], protocol=CLASSIC).check_arithmetic  # the class's default: no working
+    asked = ReAct(working_first=True, check_arithmetic=True)
+    assert Agent(ScriptedModel([]), tools=[LocalSearch()], protocol=asked).protocol.check_arithmetic
+    assert not Agent(ScriptedModel([]), tools=[Calculator()], protocol=CLASSIC).protocol.check_arithmetic  # no working
     with pytest.raises(ValueError, match="needs working_first"):
         Agent(ScriptedModel([]), tools=[Calculator()], protocol=ReAct(working_first=False, check_arithmetic=True))
 

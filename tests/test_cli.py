@@ -43,12 +43,13 @@ class StreamingModel(ScriptedModel):
         self.built_from = None
 
     def generate(self, messages, stop=None, on_text=None, **kwargs):
-        text = super().generate(messages, stop=stop, **kwargs)
+        reply = super().generate(messages, stop=stop, **kwargs)
+        text = str(reply)
         if on_text is not None:
             for i in range(0, len(text), 4):
                 on_text(text[i:i + 4])
             self.printed.append(sys.stdout.getvalue() if hasattr(sys.stdout, "getvalue") else "")
-        return text
+        return reply
 
 
 class Failing(StreamingModel):
@@ -75,6 +76,7 @@ def use_model(monkeypatch):
     def install(model):
         def build(cfg):
             model.built_from = cfg
+            model.prefers_constrained = cfg.model.backend == "embedded"  # as the embedded model says of itself
             return model
         monkeypatch.setattr(config, "build_model", build)
         return model

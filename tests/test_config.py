@@ -35,11 +35,9 @@ def test_defaults_are_the_embedded_model_with_all_tools():
     assert cfg.model.backend == "embedded" and cfg.model.trust_remote_code is False
     assert cfg.agent.tools == ["google_search", "calculator", "local_search"]
     assert cfg.generation_kwargs() == {"max_new_tokens": 512, "temperature": 0.0, "top_p": 1.0}
-    assert cfg.agent.agent_kwargs() == {"lang": "auto", "max_turns": 5, "max_observation_chars": 4000,
-                                        "llm_fallback": False, "distill_observations": False, "constrained": True,
-                                        "protocol": "react", "examples": False, "recheck": "failed", "ask_answer": True,
-                                        "thought_first": False, "working_first": None,
-                                        "check_arithmetic": None}
+    assert cfg.agent.agent_kwargs() == {"lang": "auto", "max_turns": 5}
+    assert (cfg.agent.max_observation_chars, cfg.agent.llm_fallback, cfg.agent.distill_observations) == (4000, False, False)
+    assert cfg.agent.protocol == "react" and cfg.agent.protocol_settings() == {}  # the protocol's own defaults
 
 
 def test_default_yaml_matches_the_built_in_defaults():
@@ -277,10 +275,11 @@ def test_build_model_reads_the_api_key_from_the_named_variable_and_treats_it_as_
 def test_build_agent_takes_its_settings_from_the_config(scripted, monkeypatch):
     monkeypatch.delenv("SERPER_API_KEY", raising=False)
     cfg = load_config(None, {"agent.lang": "zh", "agent.max_turns": 2, "agent.tools": ["calculator"],
-                             "generation.max_new_tokens": 33, "agent.max_observation_chars": 100})
+                             "generation.max_new_tokens": 33, "agent.max_observation_chars": 100,
+                             "agent.working_first": False})
     model = scripted(["Final Answer: 好"])
     agent = config.build_agent(cfg, model)
-    assert (agent.lang, agent.max_turns, agent.max_observation_chars) == ("zh", 2, 100)
+    assert (agent.lang, agent.max_turns, agent.observations.max_chars) == ("zh", 2, 100)
     assert list(agent.tools) == ["calculator"]
     assert agent.run("hi").answer == "好"
     assert model.calls[0]["kwargs"]["max_new_tokens"] == 33

@@ -15,7 +15,7 @@ from openai_stub import OpenAIStub
 
 from tinyagent import Agent, ReAct, tool
 from tinyagent.cli import commands as cli
-from tinyagent.config import ConfigError, build_model, load_config
+from tinyagent.config import ConfigError, build_agent, build_model, load_config
 from tinyagent.engine import constrained
 from tinyagent.engine.automaton import compile_pattern
 from tinyagent.eval.scoring import VALID_KINDS
@@ -217,7 +217,7 @@ def test_no_token_may_complete_a_stop_string(tiny):
     for question in QUESTIONS:
         reply = tiny.generate(conversation(question), stop=["q", "Observation:"], constraint=calc,
                               max_new_tokens=200)
-        assert "q" not in reply
+        assert "q" not in reply.text
         assert re.fullmatch(pattern_of(calc), str(reply))
     processor = constrained.step_processor(tiny.tokenizer, FMT, end_ids=[2], max_new_tokens=100,
                                            stop=["Observation:", "Observation："])
@@ -353,17 +353,18 @@ def test_openai_says_when_replies_are_not_constrained(caplog):
 
 # --- configuration ------------------------------------------------------------------------------------
 
-def test_config_turns_constraints_on_for_the_embedded_model_only(tmp_path):
-    assert load_config().agent.constrained is True
-    assert load_config(overrides={"model.backend": "hf", "model.path": "org/name"}).agent.constrained is False
-    assert load_config(overrides={"model.backend": "hf", "model.path": "org/name",
-                                  "agent.constrained": True}).agent.constrained is True
-    assert load_config(overrides={"agent.constrained": False}).agent.agent_kwargs()["constrained"] is False
-    for flag, expected in (("--constrained", True), ("--no-constrained", False), (None, True)):
+def test_config_turns_constraints_on_for_the_embedded_model_only(tmp_path, embedded_model, scripted):
+    """null follows the model: the embedded one prefers constrained decoding, any other does not; set, it wins."""
+    assert embedded_model.prefers_constrained and not scripted([]).prefers_constrained
+    assert load_config().agent.constrained is None
+    built = {name: build_agent(load_config(overrides=overrides), model, tools=[Calculator()]).protocol.constrained
+             for name, overrides, model in (("embedded", {}, embedded_model), ("other", {}, scripted([])),
+                                            ("asked", {"agent.constrained": True}, scripted([])),
+                                            ("refused", {"agent.constrained": False}, embedded_model))}
+    assert built == {"embedded": True, "other": False, "asked": True, "refused": False}
+    for flag, expected in (("--constrained", True), ("--no-constrained", False), (None, None)):
         args = cli.build_parser().parse_args(["ask", *([flag] if flag else []), "q"])
         assert cli.config_from_args(args).agent.constrained is expected
-    args = cli.build_parser().parse_args(["ask", "--model", "org/name", "q"])
-    assert cli.config_from_args(args).agent.constrained is False
     path = tmp_path / "c.yaml"
     path.write_text("agent:\n  constrained: maybe\n")
     with pytest.raises(ConfigError, match="agent.constrained: must be true or false or null"):

@@ -64,7 +64,7 @@ def test_older_chat_turns_go_first():
     history = [(f"question {i} " + "x" * 400, f"answer {i}") for i in range(5)]
     model = WindowedModel(["Final Answer: ok"], window=2600, max_new_tokens=100)
     agent = Agent(model, tools=[page], protocol=CLASSIC)
-    system_len = len(agent.build_system_input("en"))
+    system_len = len(agent.system_prompt_for("en"))
     model.context_window = system_len + 1000 + 100
     agent.history = list(history)
     result = agent.chat("latest question")

@@ -35,7 +35,8 @@ def demo(monkeypatch):
 
 
 def scripted_demo_model():
-    return StreamingModel([
+    """Stands in for the embedded model, which prefers constrained decoding (so the demo runs ReAct steps)."""
+    model = StreamingModel([
         'Thought: I need to look this up.\nAction: local_search\nAction Input: {"search_query": "Jay Chou born"}',
         "Thought: I now know the final answer\nFinal Answer: 1979",
         "Thought: The search result above names it.\nFinal Answer: Jay (2000)",
@@ -43,6 +44,8 @@ def scripted_demo_model():
         "Thought: 我现在知道最终答案了\nFinal Answer: 1979年",
         "Final Answer: 《Jay》",
     ])
+    model.prefers_constrained = True
+    return model
 
 
 def test_demo_runs_both_conversations_with_history(demo, capsys):
@@ -72,6 +75,7 @@ def test_demo_runs_both_conversations_with_history(demo, capsys):
 def test_demo_uses_google_search_when_a_serper_key_is_set(demo, capsys, monkeypatch):
     monkeypatch.setenv("SERPER_API_KEY", "serper-key-for-test")
     model = StreamingModel(["Final Answer: a"] * 4)
+    model.prefers_constrained = True  # as the embedded model the demo runs
     assert demo.main(["--no-stream"], model=model) == 0
     out, err = capsys.readouterr()
     assert "Tools: google_search, calculator, local_search." in out and "SERPER_API_KEY" not in err

@@ -78,10 +78,10 @@ def test_generation_stops_at_observation(embedded_model):
                 {"role": "user", "content": "What is 12 times 6?"},
                 {"role": "assistant", "content": 'Thought: I will use the calculator.\nAction: calculator\n'
                                                  'Action Input: {"expression": "12*6"}\n'}]
-    unstopped = embedded_model.generate(messages, max_new_tokens=8)
+    unstopped = embedded_model.generate(messages, max_new_tokens=8).text
     assert "Observation:" in unstopped
     stopped = embedded_model.generate(messages, stop=list(STOP_WORDS), max_new_tokens=8)
-    assert stopped == unstopped[: unstopped.find("Observation:")]
+    assert stopped.text == unstopped[: unstopped.find("Observation:")]
     assert stopped.completion_tokens < 8
     # same prompt again: all but its last token reused (llama.cpp: its last two, see llama_runtime.chunks)
     assert stopped.cached_tokens >= stopped.prompt_tokens - 2

@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import ScriptedModel
+from conftest import ScriptedModel, built_as
 
 from tinyagent import Agent, ReAct, tool
 from tinyagent import eval as ev
@@ -316,7 +316,7 @@ def scripted_config(monkeypatch):
                "周杰伦是哪一年出生的？": ["Final Answer: 他出生于1979年。"],
                "Capital of France?": ["Maybe Lyon"]}
     model = scripted_factory(scripts)().model
-    monkeypatch.setattr("tinyagent.config.build_model", lambda cfg: model)
+    monkeypatch.setattr("tinyagent.config.build_model", built_as(model))
     return model
 
 

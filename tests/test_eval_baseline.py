@@ -12,7 +12,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from conftest import ScriptedModel
+from conftest import ScriptedModel, built_as
 from openai_stub import OpenAIStub
 
 import tinyagent
@@ -188,7 +188,7 @@ def test_ctrl_c_in_the_baseline_keeps_the_agent_and_what_finished(tmp_path, monk
                 raise KeyboardInterrupt
             return "Final Answer: 12" if len(messages) > 1 else "The answer is 12."
 
-    monkeypatch.setattr("tinyagent.config.build_model", lambda cfg: Interrupts([]))
+    monkeypatch.setattr("tinyagent.config.build_model", built_as(Interrupts([])))
     out = tmp_path / "o"
     code = ev.main(["--suite", str(write_suite(tmp_path)), "--tools", "", "--out", str(out), "--concurrency", "1"])
     summary = json.loads((out / "summary.json").read_text())

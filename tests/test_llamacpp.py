@@ -125,9 +125,9 @@ def test_streamed_chunks_are_exactly_the_returned_text(no_reuse):
     chunks: list[str] = []
     messages = scratch("Thought: I will use the calculator.\nAction:")  # SmolLM2 goes on past an Observation:
     out = no_reuse.generate(messages, stop=list(STOP_WORDS), max_new_tokens=40, on_text=chunks.append)
-    unstopped = no_reuse.generate(messages, max_new_tokens=40)
+    unstopped = no_reuse.generate(messages, max_new_tokens=40).text
     assert "\nObservation:" in unstopped and str(out) == unstopped[: unstopped.find("\nObservation:")]
-    assert len(chunks) > 1 and "".join(chunks) == out
+    assert len(chunks) > 1 and "".join(chunks) == out.text
     assert list(no_reuse.stream(messages, stop=list(STOP_WORDS), max_new_tokens=40)) == chunks
 
 

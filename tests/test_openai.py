@@ -89,7 +89,7 @@ def test_real_round_trip_reports_usage_from_the_server(server):
     expected_prompt = len(tokenizer.apply_chat_template(USER, add_generation_prompt=True, tokenize=True,
                                                         return_dict=True)["input_ids"])
     local = HFChatModel(str(server["dir"]), device="cpu", max_new_tokens=24).generate(USER)  # greedy, in-process
-    assert text == local and text.strip()
+    assert text.text == local.text and text.text.strip()
     assert (text.prompt_tokens, text.completion_tokens) == (expected_prompt, local.completion_tokens)
 
 
@@ -98,7 +98,7 @@ def test_real_streaming_chunks_concatenate_to_the_same_text(server):
     plain = model.generate(USER)
     chunks: list[str] = []
     streamed = model.generate(USER, on_text=chunks.append)
-    assert len(chunks) > 1 and "".join(chunks) == streamed == plain  # greedy: same text both ways
+    assert len(chunks) > 1 and "".join(chunks) == streamed.text == plain.text  # greedy: same text both ways
     assert (streamed.prompt_tokens, streamed.completion_tokens) == (plain.prompt_tokens, plain.completion_tokens)
 
 
@@ -111,7 +111,7 @@ def test_real_server_keeps_the_stop_string_and_the_model_trims_it(server):
     assert stop in raw["choices"][0]["message"]["content"]  # transformers serve does not trim
     chunks: list[str] = []
     for text in (model.generate(USER, stop=[stop]), model.generate(USER, stop=[stop], on_text=chunks.append)):
-        assert text == full[:full.index(stop)]
+        assert text.text == full[:full.index(stop)]
     assert "".join(chunks) == full[:full.index(stop)]
 
 
@@ -256,14 +256,14 @@ def test_stop_strings_the_server_returns_are_trimmed_even_past_the_fourth():
     reply = "Thought: compute\nAction: calculator\nAction Input: {}\nObservation: 1"
     with OpenAIStub(reply) as stub:
         text = stub_model(stub).generate(USER, stop=["w", "x", "y", "z", "Observation:"])
-    assert text == reply[:reply.index("Observation:")]
+    assert text.text == reply[:reply.index("Observation:")]
 
 
 def test_streaming_holds_back_text_that_may_start_a_stop_string():
     seen: list[str] = []
     with OpenAIStub("Final Answer: O-ring Obs\nObservation: x", chunk_chars=2) as stub:
         text = stub_model(stub).generate(USER, stop=["Observation:"], on_text=seen.append)
-    assert text == "Final Answer: O-ring Obs\n" == "".join(seen)
+    assert text.text == "Final Answer: O-ring Obs\n" == "".join(seen)
 
 
 def test_api_key_comes_from_the_environment_and_is_never_shown(monkeypatch, caplog):
@@ -271,7 +271,7 @@ def test_api_key_comes_from_the_environment_and_is_never_shown(monkeypatch, capl
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     with OpenAIStub("Final Answer: ok", require_key=KEY) as stub:
         model = stub_model(stub)
-        assert model.generate(USER) == "Final Answer: ok"
+        assert model.generate(USER).text == "Final Answer: ok"
         wrong = stub_model(stub, api_key="sk-wrong-key-000")
         with pytest.raises(RequestFailed) as e:
             wrong.generate(USER)
@@ -294,7 +294,7 @@ def test_server_down_is_a_clear_error_naming_the_url(caplog):
 def test_retryable_statuses_are_retried_then_succeed(status):
     with OpenAIStub("Final Answer: ok", script=[status, status]) as stub:
         text = stub_model(stub, max_retries=2).generate(USER)
-    assert text == "Final Answer: ok" and stub.chat_requests == 3
+    assert text.text == "Final Answer: ok" and stub.chat_requests == 3
 
 
 def test_persistent_500s_give_up_after_bounded_retries(caplog):
@@ -315,7 +315,7 @@ def test_a_slow_server_hits_the_timeout_then_a_retry_succeeds():
             stub_model(stub, timeout=0.3, max_retries=0).generate(USER)
         assert time.monotonic() - started < 2.5 and stub_model(stub).url in str(e.value)
         stub.push("slow")
-        assert stub_model(stub, timeout=0.3, max_retries=1).generate(USER) == "Final Answer: ok"
+        assert stub_model(stub, timeout=0.3, max_retries=1).generate(USER).text == "Final Answer: ok"
 
 
 @pytest.mark.parametrize("fault, words", [

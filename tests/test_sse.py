@@ -51,14 +51,14 @@ def test_a_stream_is_closed_at_the_stop_string_and_its_usage_estimated():
         model = model_for(stub)
         text = finishes(lambda: model.generate(USER, stop=["\nObservation:"], on_text=shown.append))
     cut = CALL[:CALL.index("\nObservation:")]
-    assert text == cut == "".join(shown)
+    assert text.text == cut == "".join(shown)
     assert text.prompt_tokens == model.count_tokens(USER) and text.completion_tokens >= estimate_tokens(cut)
 
 
 def test_streamed_content_past_max_new_tokens_ends_the_reply():
     with OpenAIStub("one two three four five six", script=["endless_stream"], chunk_chars=2) as stub:
         text = finishes(lambda: model_for(stub).generate(USER, max_new_tokens=5, on_text=lambda _: None))
-    assert text == "one two th" and text.completion_tokens == 5  # five 2-character pieces: five tokens at least
+    assert text.text == "one two th" and text.completion_tokens == 5  # five 2-character pieces: five tokens at least
 
 
 def test_the_deadline_ends_a_stream_that_sends_no_content():

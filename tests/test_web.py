@@ -17,7 +17,7 @@ import threading
 import gradio
 import pytest
 import requests
-from conftest import ScriptedModel
+from conftest import ScriptedModel, built_as
 from gradio_client import Client
 from live_model import PAUSE, WAIT_S, LiveModel, agents_of, lookup
 from openai_stub import OpenAIStub
@@ -448,7 +448,7 @@ def test_web_serves_the_tools_of_an_mcp_server_and_stops_it_on_exit(monkeypatch)
 
 def serve_once(monkeypatch, argv: list[str], visit) -> int:
     """`tinyagent web ARGV` on a free port, `visit(page)` instead of waiting for Ctrl-C; the exit code."""
-    monkeypatch.setattr(cli.configuration, "build_model", lambda cfg: Memory([]))
+    monkeypatch.setattr(cli.configuration, "build_model", built_as(Memory([])))
 
     def visit_then_close(page) -> None:
         try:
@@ -529,6 +529,7 @@ def test_run_demo_web_serves_the_demo_agent(monkeypatch, capsys):
     demo = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(demo)
     model, answers = LiveModel(["Thought: easy.\nFinal Answer: hello"]), []
+    model.prefers_constrained = True  # as the embedded model the demo runs
 
     def ask_then_close(page) -> None:  # instead of waiting for Ctrl-C
         answers.append(Visitor(page.local_url).ask("Hi?")[0])

@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         kept = out_folder.prepare(out, args.resume, args.overwrite, [RESULT_FILES[m] for m in modes])
     except OSError as e:
         return fail(f"cannot create the output folder {out}: {e.strerror or e}")
-    except results.ResultsError as e:
+    except out_folder.ResultsError as e:
         return fail(str(e))
     summary: dict = {"format_version": FORMAT_VERSION, AGENT: None, DIRECT: None}
     tools: list = []
