@@ -218,7 +218,7 @@ def test_a_reply_is_read_in_time_linear_in_its_length(name, monkeypatch):
     """The characters examined (scans for the object's end and its depth, what json-repair is fed, the exact
     parser's input) are a small multiple of the reply's length, where reading every line to the reply's end
     examined about (lines x length / 2): here some 90 million characters."""
-    from tinyagent.format import arguments, tool_reading
+    from tinyagent.format import arguments, extents, tool_reading
 
     examined = [0]
 
@@ -233,17 +233,17 @@ def test_a_reply_is_read_in_time_linear_in_its_length(name, monkeypatch):
     monkeypatch.setattr(arguments.json, "loads", counted(json.loads, lambda text, **_: len(text)))
     monkeypatch.setattr(arguments, "balanced_object", counted(arguments.balanced_object, lambda t, at: len(t) - at))
     monkeypatch.setattr(tool_reading, "balanced_object", arguments.balanced_object)
-    extents = []
+    made = []
 
-    class Counted(arguments.ObjectExtents):
+    class Counted(extents.ObjectExtents):
         def __init__(self, *args):
             super().__init__(*args)
-            extents.append(self)
+            made.append(self)
 
     monkeypatch.setattr(tool_reading, "ObjectExtents", Counted)
     reply = UNFINISHED[name]
     readings = read_calls(reply, TOOLS)
-    examined[0] += sum(e.steps for e in extents)
+    examined[0] += sum(e.steps for e in made)
     assert examined[0] <= 8 * len(reply), f"{examined[0]:,} characters examined for a reply of {len(reply):,}"
     assert readings and readings[0].text == reply.rstrip()
 
@@ -268,9 +268,11 @@ def test_a_call_repeated_unfinished_is_still_read_as_that_call():
 
 def test_object_extents_are_what_scanning_each_start_finds():
     """ObjectExtents (one backward pass with jumps) agrees with balanced_object from every start."""
-    from tinyagent.format.arguments import ObjectExtents, balanced_object
+    from tinyagent.format.arguments import balanced_object
+    from tinyagent.format.extents import ObjectExtents
 
-    texts = ['{"a": {"b": 1}}\n{"c": "}"}\n{', "{'\n{ ' '\n{}\n{\"x\": \"{\"}", '{"a": "\\"{"}\n{{}\n}', "{\n{\n}\n}\n{",
+    texts = ['{"a": {"b": 1}}\n{"c": "}"}\n{', "{'\n{ ' '\n{}\n{\"x\": \"{\"}", '{"a": "\\"{"}\n{{}\n}',
+             "{\n{\n}\n}\n{",
              '{"q": [1, {"r": 2}], "s": "x}y"}\n{"t": "\\\\"}\n']
     for text in texts:
         starts = [i for i, ch in enumerate(text) if ch == "{"]

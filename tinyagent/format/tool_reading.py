@@ -20,12 +20,12 @@ from .arguments import (
     MAX_ARGS_CHARS,
     MAX_ARGS_DEPTH,
     ActionInputError,
-    ObjectExtents,
     balanced_object,
     parse_object,
     read_arguments,
     skeleton,
 )
+from .extents import ObjectExtents
 from .kinds import StepKind
 from .names import find_tool
 from .reading import Reading, answer_value, read_step
@@ -259,7 +259,8 @@ def _call(name, args, tools, fmt: ToolFormat, call_id: str | None) -> Reading:
 
 def _bad_arguments(reading: Reading, tool, error: ActionInputError, fmt: ToolFormat) -> Reading:
     example = fmt.write_call(tool.name_for_model, json.loads(skeleton(tool)))
-    reading.kind, reading.error = StepKind.BAD_INPUT, f"bad arguments for {tool.name_for_model}: {error}. Write: {example}"
+    reading.kind, reading.error = StepKind.BAD_INPUT, f"bad arguments for {tool.name_for_model}: {error}. " \
+                                                      f"Write: {example}"
     return reading
 
 
