@@ -5,6 +5,8 @@ import json
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tinyagent import tool
 from tinyagent.format.arguments import ActionInputError, read_arguments
@@ -294,3 +296,16 @@ def test_python_call_values_json_has_no_form_for_are_a_format_error(arguments, p
     assert reading.kind == StepKind.BAD_INPUT and reading.arguments is None
     assert problem in reading.error and reading.error.startswith("bad arguments for calculator:")
     json.dumps(reading.action_input)   # nothing in the reading is something JSON cannot hold
+
+
+@settings(max_examples=400)
+@given(st.text(alphabet='{}"\'\\\n a[]', max_size=60))
+def test_object_extents_agree_with_balanced_object_on_any_text(text):
+    from tinyagent.format.arguments import balanced_object
+    from tinyagent.format.extents import ObjectExtents
+
+    starts = [i for i, ch in enumerate(text) if ch == "{"]
+    extents = ObjectExtents(text, starts)
+    for at in starts:
+        found = balanced_object(text, at)
+        assert extents.end(at) == (at + len(found) if found else None)
