@@ -246,3 +246,43 @@ def test_the_card_shows_hidden_characters_escaped_and_an_edit_of_what_it_shows_r
     assert client.approve("edit", arguments) is True
     final = job.result()[0]
     assert f"Observation: {hidden} was born in 1979." in text(final[1])
+
+
+def test_pending_refuses_a_stopped_runs_calls_in_every_order_of_events():
+    """Without a page: a stop between runs is not for the next one; a stop before a call is asked refuses it with no
+    card; a stop while a call waits refuses it and every later call of that run; an answer naming another call is
+    not taken."""
+    from tinyagent.agent.approval import ApprovalRequest, Decision, Verdict
+    from tinyagent.agent.results import Step
+    from tinyagent.web_approval import Pending
+
+    shown = threading.Event()
+    pending = Pending(lambda kind, request: shown.set() if kind == "approve" else None)
+    request = ApprovalRequest(lookup, {"name": "Jay"}, Step(index=0, text=""), None)
+
+    def asked() -> tuple[threading.Thread, list]:
+        shown.clear()
+        got: list = []
+        thread = threading.Thread(target=lambda: got.append(pending.ask(request)))
+        thread.start()
+        assert shown.wait(WAIT_S)
+        return thread, got
+
+    pending.cancel()   # Stop between runs ...
+    pending.start()    # ... and the next run starts: it asks as usual
+    thread, got = asked()
+    assert pending.answer(Verdict.run(), "999") is False and pending.answer(Verdict.run(), pending.call) is True
+    thread.join(WAIT_S)
+    assert got[0].decision == Decision.RUN
+
+    pending.cancel()   # Stop while the model still writes: the call it then asks about is refused, no card
+    shown.clear()
+    assert pending.ask(request).decision == Decision.REFUSE and not shown.is_set()
+
+    pending.start()
+    thread, got = asked()
+    pending.cancel()   # Stop while a call waits: refused, and so is the next call of that run
+    thread.join(WAIT_S)
+    assert got[0] == Verdict.refuse("the user stopped the run")
+    shown.clear()
+    assert pending.ask(request).decision == Decision.REFUSE and not shown.is_set()
