@@ -187,8 +187,7 @@ def _run(args: argparse.Namespace) -> int:
         configuration.close_tools(tools)
         if trace is not None:
             trace.close()
-        if tracing is not None:
-            tracing.shutdown()  # exports the spans still queued
+        configuration.stop_tracing(tracing)  # exports the spans still queued, for a few seconds at most
 
 
 def web_page(args: argparse.Namespace, model=None) -> int:
@@ -227,8 +226,7 @@ def web_page(args: argparse.Namespace, model=None) -> int:
         page.block_thread()
     finally:
         configuration.close_tools(tools)  # stops the MCP servers of --mcp / agent.mcp_servers
-        if tracing is not None:
-            tracing.shutdown()
+        configuration.stop_tracing(tracing)
     return 0
 
 
