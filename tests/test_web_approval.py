@@ -246,6 +246,7 @@ def test_the_card_shows_hidden_characters_escaped_and_an_edit_of_what_it_shows_r
     assert client.approve("edit", arguments) is True
     final = job.result()[0]
     assert f"Observation: {hidden} was born in 1979." in text(final[1])
+    assert final[1]["metadata"]["log"] == '{"name": "Jay\\u202e uohC\\u2066\\u200b"}'   # the step's line too
 
 
 def test_pending_refuses_a_stopped_runs_calls_in_every_order_of_events():

@@ -11,7 +11,7 @@ from .agent.approval import ApprovalRequest
 from .format.observations import observation_line
 from .report import summary
 from .secrets import redact, secrets
-from .text import clip, one_line
+from .text import clip, escape_controls, one_line
 
 Messages = list[dict]
 
@@ -96,10 +96,10 @@ class Reply:
             name += f" · {self.labels['refused' if step.kind == StepKind.REFUSED else 'edited']}"
         meta = {"title": f"{self.labels['step'].format(n=step.index + 1)} · {name}",
                 "duration": round(step.model_seconds + step.tool_seconds, 2)}
-        if step.arguments is not None:
-            meta["log"] = clip(json.dumps(step.arguments, ensure_ascii=False), 200)
+        if step.arguments is not None:  # what ran, its hidden characters shown as the approval card shows them
+            meta["log"] = escape_controls(clip(json.dumps(step.arguments, ensure_ascii=False), 200), invisible=True)
         elif step.action_input:
-            meta["log"] = clip(step.action_input, 200)
+            meta["log"] = escape_controls(clip(step.action_input, 200), invisible=True)
         if status:
             meta["status"] = status
         body = step.text.strip()
