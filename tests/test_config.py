@@ -143,6 +143,32 @@ def test_unreadable_files_are_config_errors(tmp_path):
     assert "must be a mapping" in error_of(write(tmp_path, "- a\n- b\n", "list.yaml"))
 
 
+def laughs(levels: int) -> str:
+    """A "billion laughs" config: each level an alias list of nine of the level before (385 bytes at nine levels)."""
+    lines = ['  a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    names = "abcdefghij"
+    for prev, name in zip(names, names[1:levels]):
+        lines.append(f"  {name}: &{name} [{', '.join([f'*{prev}'] * 9)}]")
+    return "agent:\n" + "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("text, where", [
+    (laughs(9), "agent.b[0]: YAML aliases (*a)"),   # 9^9 strings once expanded: 35 s, 3 GB, then MemoryError
+    (laughs(4), "agent.b[0]: YAML aliases (*a)"),
+    ("agent:\n  tools: &t [calculator, *t]\n", "agent.tools[1]: YAML aliases (*t)"),  # itself
+    ("model: &m\n  backend: embedded\nagent:\n  <<: *m\n", "agent.<<: YAML aliases (*m)"),   # a merge key
+])
+def test_yaml_aliases_are_refused_with_one_line_naming_the_file_and_key(tmp_path, text, where):
+    path = write(tmp_path, text)
+    message = error_of(path)
+    assert message.startswith(f"{path}: {where} are not allowed in a config (line ") and "\n" not in message
+    assert "lol" not in message and "Circular" not in message   # nothing expanded is shown
+
+
+def test_an_anchor_without_an_alias_is_plain_yaml(tmp_path):
+    assert load_config(write(tmp_path, "agent:\n  max_turns: &turns 3\n")).agent.max_turns == 3
+
+
 def test_a_llamacpp_config_without_llama_cpp_installed_says_how_to_install_it(monkeypatch, tmp_path):
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")

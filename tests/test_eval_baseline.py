@@ -380,6 +380,21 @@ def test_a_broken_results_line_and_a_missing_folder(tmp_path, capsys):
     assert "no such results folder" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("change, message", [
+    (lambda r: r.pop("prediction"), "results.jsonl:1: the record of 'tool' has no prediction, which compare reads"),
+    (lambda r: r.pop("question"), "results.jsonl:1: the record of 'tool' has no question, which compare reads"),
+    (lambda r: r.update(success="yes"), "results.jsonl:1: not a result record (its id must be text and success"),
+])
+def test_records_missing_what_compare_reads_are_one_line_exit_2(tmp_path, capsys, change, message):
+    old = write_old_folder(tmp_path / "old")
+    records = [json.loads(line) for line in (old / "results.jsonl").read_text().splitlines()]
+    change(records[0])
+    (old / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert ev.main(["compare", str(old), str(write_old_folder(tmp_path / "other")), "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
 # --- progress --------------------------------------------------------------------------------------
 
 def record(qid: str, success: bool) -> dict:

@@ -368,6 +368,22 @@ def test_tool_calls_from_a_server_run_and_go_back_with_their_ids(stream):
         ("tool", "call_0", "42"), ("tool", "call_1", "13")]
 
 
+@pytest.mark.parametrize("protocol", ["tools", "auto"])
+def test_the_tools_protocol_fits_its_prompt_to_a_window_the_model_list_states(protocol):
+    """A server whose model list states a window (vLLM's max_model_len) with `protocol: tools` or `auto`: the prompt
+    and the tools shown are counted against it (count_tokens takes `tools`; it raised TypeError on every run)."""
+    models = [{"id": "stub-model", "max_model_len": 4096}]
+    call = {"tool_calls": [{"name": "calculator", "arguments": '{"expression": "6*7"}'}]}
+    with OpenAIStub(replies=[call, "42"], models=models) as stub:
+        model = stub_model(stub)
+        result = Agent(model, tools=[Calculator()], protocol=protocol, max_new_tokens=64).run("6*7?")
+        sent = stub.requests[1]["body"]
+    assert result.answer == "42" and result.stop_reason == "final_answer" and result.protocol == "tools"
+    without = model.count_tokens(sent["messages"])
+    assert model.count_tokens(sent["messages"], tools=sent["tools"]) > without   # the schemas count
+    assert without > model.count_tokens([{**m, "tool_calls": None} for m in sent["messages"]])   # and the calls
+
+
 def test_a_server_that_ignores_tools_is_read_from_its_text_and_broken_calls_are_observations():
     replies = ['<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+2"}}\n</tool_call>',
                {"tool_calls": [{"name": "calculator", "arguments": "{expression: }"}]}, "4"]

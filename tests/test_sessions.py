@@ -1,4 +1,4 @@
-"""The chat page's session store (tinyagent.sessions): ids the server makes, idle sessions evicted after
+"""The chat page's session store (tinyagent.web.sessions): ids the server makes, idle sessions evicted after
 their TTL, a cap on how many are kept. A hand-moved clock: no sleeps."""
 from __future__ import annotations
 

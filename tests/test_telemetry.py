@@ -338,3 +338,104 @@ def test_otel_without_the_extra_or_with_an_unknown_exporter_is_a_one_line_error(
                           timeout=WAIT_S)
     assert done.returncode == 2 and done.stderr.strip() == (
         "tinyagent: error: agent.otel: OTEL_TRACES_EXPORTER: 'zipkin' is not one of otlp, console, none")
+
+
+# --- parallel calls, failing processors, a silent collector -------------------------------------------
+
+def test_calls_of_one_reply_run_together_are_children_of_their_run_in_its_trace(spans):
+    """The tools protocol runs a reply's calls in pool threads: each call's span has the run's span as its parent
+    and is in the run's trace (pool threads start with an empty context: they were roots of their own traces)."""
+    provider, finished = spans
+    both = threading.Barrier(2, timeout=WAIT_S)
+
+    @tool
+    def fetch(url: str) -> str:
+        """Fetch a page."""
+        both.wait()   # the two calls are in their pool threads at once
+        return f"page {url}"
+
+    calls = "".join(f'<tool_call>\n{{"name": "fetch", "arguments": {{"url": "{u}"}}}}\n</tool_call>\n' for u in "ab")
+    model = ScriptedModel([calls, "Both fetched."])
+    model.tool_format, model.native_tools = "hermes", True
+    result = Agent(model, [fetch], protocol="tools", hooks=[Tracing(provider)]).run("Fetch a and b.")
+    assert result.answer == "Both fetched."
+    got = finished()
+    run = next(s for s in got if s.name == "invoke_agent tinyagent")
+    tools = [s for s in got if s.name == "execute_tool fetch"]
+    assert len(tools) == 2
+    assert all(s.parent is not None and s.parent.span_id == run.context.span_id for s in tools)
+    assert {s.context.trace_id for s in got} == {run.context.trace_id}
+
+
+class Raises:
+    """A span processor that raises where it is told to (`on_start`, `on_end`)."""
+
+    def __init__(self, where: str):
+        self.where = where
+
+    def on_start(self, span, parent_context=None):
+        if self.where == "on_start":
+            raise RuntimeError("the processor broke on start")
+
+    def _on_ending(self, span):
+        pass
+
+    def on_end(self, span):
+        if self.where == "on_end":
+            raise RuntimeError("the processor broke on end")
+
+    def shutdown(self):
+        pass
+
+    def force_flush(self, timeout_millis=30000):
+        return True
+
+
+@pytest.mark.parametrize("where", ["on_start", "on_end"])
+def test_a_span_processor_that_raises_never_costs_the_answer(where, caplog):
+    """Telemetry is not part of the answer: a processor that raises is logged once and the run ends as it would
+    (it ended with hook_error and lost its answer)."""
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(Raises(where))
+    model = ScriptedModel([CALC, "Thought: done.\nFinal Answer: 42"])
+    with caplog.at_level("WARNING"):
+        result = Agent(model, [Calculator()], hooks=[Tracing(provider)]).run("What is 6*7?")
+    assert result.answer == "42" and result.stop_reason == StopReason.FINAL_ANSWER and result.error is None
+    assert [s.kind for s in result.steps] == ["action", "final_answer"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and f"tracing failed (RuntimeError: the processor broke {where.replace('_', ' ')})" in warnings[0]
+
+
+def test_stopping_tracing_is_bounded_when_the_collector_never_answers():
+    """At exit the spans still queued are exported for at most SHUTDOWN_SECONDS: a provider whose shutdown never
+    returns (an exporter waiting on a collector that accepted and never answers) does not hold the command."""
+    from tinyagent import config
+    from tinyagent.agent import telemetry
+
+    release = threading.Event()
+
+    class Stuck:
+        def shutdown(self):
+            release.wait(WAIT_S)
+
+    finished: list = []
+    stopper = threading.Thread(target=lambda: finished.append(telemetry.shutdown(Stuck(), seconds=0.05)))
+    stopper.start()
+    stopper.join(WAIT_S)
+    try:
+        assert not stopper.is_alive(), "stopping tracing waited for the stuck exporter"
+        assert finished == [False]   # it said the spans were left behind
+        assert config.stop_tracing(None) is None   # no tracing: nothing to stop
+    finally:
+        release.set()
+
+
+def test_the_otlp_exporter_of_configure_has_a_short_timeout_unless_the_variables_set_one(monkeypatch):
+    """Each export waits EXPORT_SECONDS for the collector (the SDK's default is 10 s), unless a variable says."""
+    from tinyagent.agent import telemetry
+
+    for name in ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+    assert telemetry._otlp_exporter(os.environ)._client._timeout == telemetry.EXPORT_SECONDS
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "7")
+    assert telemetry._otlp_exporter(os.environ)._client._timeout == 7

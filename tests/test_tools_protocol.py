@@ -184,3 +184,15 @@ def test_schema_keys_copied_into_call_arguments_are_dropped(scripted):
     result = Agent(model, [Calculator()], protocol=Tools()).run("3+6?")
     assert (result.steps[0].kind, result.steps[0].arguments, result.steps[0].observation) == (
         "action", {"expression": "3+6"}, "9")
+
+
+@pytest.mark.parametrize("arguments", ["expression=b'2+2'", "expression={1, 2}", "expression=" + "-" * 3000 + "1"])
+def test_python_call_arguments_json_has_no_form_for_are_an_error_the_model_reads(scripted, arguments):
+    """Llama's `name.call(...)` with bytes, a set or thousands of nested minus signs: a format error observation,
+    then the run goes on (they raised TypeError / RecursionError out of Agent.run)."""
+    model = tools_model(scripted, [f"<|python_tag|>calculator.call({arguments})", "4."])
+    model.tool_format = "llama3"
+    result = Agent(model, [Calculator()], protocol="tools").run("2+2?")
+    assert result.answer == "4." and result.stop_reason == "final_answer"
+    step = result.steps[0]
+    assert step.kind == "bad_input" and ("write JSON values" in step.error or "nest too deeply" in step.error)

@@ -62,6 +62,7 @@ class Visitor:
 
     def __init__(self, url: str, **kwargs):
         self.client, self.key = Client(url, verbose=False, **kwargs), ""
+        self.call = ""  # the id of the call the approval card showed last
 
     def ask(self, question: str) -> tuple[list[dict], str]:
         chat, box, self.key, *_card = self.client.predict(question, self.key, api_name="/respond")
@@ -78,8 +79,10 @@ class Visitor:
     def stop(self) -> None:
         self.client.predict(self.key, api_name="/stop")
 
-    def approve(self, decision: str, arguments: str = "", reason: str = "") -> bool:
-        return self.client.predict(decision, arguments, reason, self.key, api_name="/approve")
+    def approve(self, decision: str, arguments: str = "", reason: str = "", call: str | None = None) -> bool:
+        """Answer the call the card shows (`call`: its id; default the one the card showed last)."""
+        call = self.call if call is None else call
+        return self.client.predict(decision, arguments, reason, self.key, call, api_name="/approve")
 
     def clear(self) -> list:
         return self.client.predict(self.key, api_name="/clear")

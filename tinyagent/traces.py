@@ -8,6 +8,7 @@ import os
 import threading
 
 from .redaction import NESTED_TOO_DEEPLY, redact
+from .text import escape_controls
 
 #: Containers deeper than this in a record are written as NESTED_TOO_DEEPLY (a run's own records nest
 #: about 6 deep; a tool's arguments add their own levels, at most format.arguments.MAX_ARGS_DEPTH).
@@ -31,8 +32,9 @@ def to_jsonable(obj, _depth: int = 0):
 
 
 def dumps(obj) -> str:
-    """One redacted JSON line."""
-    return json.dumps(redact(to_jsonable(obj)), ensure_ascii=False)
+    """One redacted JSON line; DEL and the C1 controls (which JSON leaves as they are) written as JSON escapes,
+    so a line printed on a terminal (`--json`) cannot drive it either."""
+    return escape_controls(json.dumps(redact(to_jsonable(obj)), ensure_ascii=False))
 
 
 class TraceWriter:

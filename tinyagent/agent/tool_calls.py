@@ -4,6 +4,7 @@ approval.py); several calls of one reply together (`run_together`). Each part tu
 can get wrong into a step the model reads as an observation; only bugs in the agent (and hooks that raise) raise."""
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import time
@@ -95,10 +96,13 @@ def run(tool: Tool, arguments: dict, timeout: float | None) -> tuple[str, StepKi
 def run_together(calls: list[tuple[Step, Tool]], run_one: Callable[[Step, Tool], object], together: bool = True
                  ) -> None:
     """Run the prepared calls of one reply: at the same time when there are several, `together` and every
-    tool allows it (`Tool.concurrent`), else one after another, in order."""
+    tool allows it (`Tool.concurrent`), else one after another, in order; each in the caller's context."""
     if together and len(calls) > 1 and all(tool.concurrent for _, tool in calls):
+        # each call in its own copy of the caller's context, so what it opens there (its tracing span) has the
+        # caller's as its parent: a pool thread starts with an empty one
+        contexts = [contextvars.copy_context() for _ in calls]
         with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="tinyagent-tool") as pool:
-            list(pool.map(lambda call: run_one(*call), calls))
+            list(pool.map(lambda context, call: context.run(run_one, *call), contexts, calls))
     else:
         for step, tool in calls:
             run_one(step, tool)

@@ -25,7 +25,7 @@ from .options import add_model_options, add_web_options, config_from_args, loopb
 from .report import PROG, Reporter, answer, note
 from ..redaction import redact, register_url
 from .terminal import TerminalApprover
-from ..text import one_line
+from ..text import escape_controls, one_line
 from ..traces import TraceWriter, dumps
 from ..version import __version__
 
@@ -43,9 +43,11 @@ class _StderrHandler(logging.Handler):
     """Writes to the sys.stderr of the moment (tests swap it), as `tinyagent: warning: ...`."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        print(f"{PROG}: {record.levelname.lower()}: {redact(record.getMessage())}", file=sys.stderr, flush=True)
+        message = escape_controls(redact(record.getMessage()))  # it may quote a model, a tool or a server
+        print(f"{PROG}: {record.levelname.lower()}: {message}", file=sys.stderr, flush=True)
         if record.exc_info and logging.getLogger("tinyagent").level <= logging.INFO:  # --verbose: traceback, redacted
-            print(redact("".join(traceback.format_exception(*record.exc_info))), file=sys.stderr, end="", flush=True)
+            trace = escape_controls(redact("".join(traceback.format_exception(*record.exc_info))))
+            print(trace, file=sys.stderr, end="", flush=True)
 
 
 def setup_logging(verbose: bool = False) -> None:
@@ -113,8 +115,8 @@ def guarded(body: Callable[[], int], verbose: bool = False) -> int:
         if not verbose:
             message += " (run with --verbose for details)"
     if verbose:
-        traceback.print_exc()
-    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+        print(escape_controls(redact(traceback.format_exc())), file=sys.stderr, end="", flush=True)
+    print(f"{PROG}: error: {escape_controls(message)}", file=sys.stderr, flush=True)
     return code
 
 
@@ -185,8 +187,7 @@ def _run(args: argparse.Namespace) -> int:
         configuration.close_tools(tools)
         if trace is not None:
             trace.close()
-        if tracing is not None:
-            tracing.shutdown()  # exports the spans still queued
+        configuration.stop_tracing(tracing)  # exports the spans still queued, for a few seconds at most
 
 
 def web_page(args: argparse.Namespace, model=None) -> int:
@@ -225,8 +226,7 @@ def web_page(args: argparse.Namespace, model=None) -> int:
         chat_page.block_thread()
     finally:
         configuration.close_tools(tools)  # stops the MCP servers of --mcp / agent.mcp_servers
-        if tracing is not None:
-            tracing.shutdown()
+        configuration.stop_tracing(tracing)
     return 0
 
 
@@ -238,7 +238,8 @@ def run_failed(result, verbose: bool = False) -> bool:
     if not result.stop_reason.failed:
         return False
     hint = "" if verbose else " (run with --verbose for details)"
-    print(f"{PROG}: error: {redact(result.error or 'the run failed')}{hint}", file=sys.stderr, flush=True)
+    message = escape_controls(redact(result.error or "the run failed"))
+    print(f"{PROG}: error: {message}{hint}", file=sys.stderr, flush=True)
     return True
 
 
@@ -290,4 +291,4 @@ def _print_history(history: list, json_mode: bool) -> None:
     if not history:
         print("(no history)", flush=True)
     for i, (question, reply) in enumerate(history, 1):
-        print(f"{i}. Q: {redact(question)}\n   A: {redact(reply)}", flush=True)
+        print(escape_controls(f"{i}. Q: {redact(question)}\n   A: {redact(reply)}"), flush=True)

@@ -11,15 +11,16 @@ from ..agent import StepKind, StopReason
 from ..format.observations import observation_line
 from ..format.templates import shipped
 from ..redaction import redact, secrets
-from ..text import lang_for
+from ..text import escape_controls, lang_for
 from ..traces import TraceWriter, dumps, to_jsonable
 
 PROG = "tinyagent"
 
 
 def note(message: str) -> None:
-    """A status line on stderr (never on stdout, which carries answers)."""
-    print(f"{PROG}: {redact(message)}", file=sys.stderr, flush=True)
+    """A status line on stderr (never on stdout, which carries answers); no control character of what it
+    quotes (a tool's name, a server's words) reaches the terminal."""
+    print(f"{PROG}: {escape_controls(redact(message))}", file=sys.stderr, flush=True)
 
 
 #: How a summary line says why a run ended (an answer needs no word).
@@ -75,8 +76,10 @@ class Reporter:
         self._forced_shown = False   # the turn-cap prompt is printed before the forced answer
 
     def _out(self, text: str) -> None:
+        """Text for people on stdout: redacted, its control characters shown escaped (`escape_controls`), so
+        what a model or a tool wrote cannot drive the terminal."""
         if not self.json_mode:
-            sys.stdout.write(redact(text))
+            sys.stdout.write(escape_controls(redact(text)))
             sys.stdout.flush()
 
     def _stream_out(self, text: str, final: bool = False) -> None:
@@ -89,6 +92,8 @@ class Reporter:
             while i != -1:
                 cut = max(cut, i + len(secret)) if i < cut else cut
                 i = self._pending.find(secret, i + 1)
+        if not final and cut > 0 and self._pending[cut - 1] == "\r":  # maybe a CRLF cut in two: wait for the LF
+            cut -= 1
         if cut > 0:
             self._out(self._pending[:cut])
             self._pending = self._pending[cut:]

@@ -5,6 +5,10 @@ The question goes to the controlling terminal (/dev/tty), not to stdout (answers
 (which may carry piped questions): y runs the call, a runs it and every later call of that tool, e
 edits its arguments (JSON, checked like the model's; asked again when they do not fit), n refuses
 it with a reason the model reads. With no terminal the call is refused, and stderr says so.
+
+What the person reads is what runs: the tool's name and arguments are shown with every control
+character, right-to-left override, directional isolate and zero-width character escaped (`\u202e`),
+so neither an escape sequence nor reordered text can make the call look like another.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from collections.abc import Callable
 from ..agent.approval import ApprovalRequest, Verdict
 from .report import note
 from ..redaction import redact
+from ..text import escape_controls
 
 TTY = "/dev/tty"
 NO_TERMINAL = "it needs approval and there is no terminal to ask on"
@@ -41,10 +46,11 @@ class TerminalApprover:
             return self._ask(tty, request)
 
     def _ask(self, tty: io.TextIOWrapper, request: ApprovalRequest) -> Verdict:
-        arguments = json.dumps(request.arguments, ensure_ascii=False)
+        arguments = shown(json.dumps(request.arguments, ensure_ascii=False))
+        name = shown(request.name)
         if request.problem:
-            tty.write(redact(f"  those arguments do not fit: {request.problem}\n"))
-        tty.write(redact(f"Approve {request.name} {arguments}?\n  {CHOICES.format(tool=request.name)}\n"))
+            tty.write(shown(f"  those arguments do not fit: {request.problem}") + "\n")
+        tty.write(f"Approve {name} {arguments}?\n  {CHOICES.format(tool=name)}\n")
         while True:
             answer = _read(tty, "> ")
             if answer is None:  # end of input (Ctrl-D)
@@ -55,7 +61,7 @@ class TerminalApprover:
             if choice == "a":
                 return Verdict.always()
             if choice == "e":
-                edited = _read(tty, f"  new arguments for {request.name} as JSON (now {arguments}): ")
+                edited = _read(tty, f"  new arguments for {name} as JSON (now {arguments}): ")
                 if edited and edited.strip():
                     return Verdict.edit(edited.strip())
             elif choice == "n":
@@ -63,6 +69,12 @@ class TerminalApprover:
                 return Verdict.refuse((reason or "").strip() or "the user refused it")
             else:
                 tty.write("  answer y, a, e or n\n")
+
+
+def shown(text: str) -> str:
+    """`text` as the prompt shows it: redacted, with every character that could hide or reorder what it
+    says escaped."""
+    return escape_controls(redact(text), invisible=True)
 
 
 def _read(tty: io.TextIOWrapper, prompt: str) -> str | None:

@@ -163,10 +163,17 @@ def build_protocol(cfg: Config, model):
 
 def start_tracing(cfg: Config):
     """With `agent.otel`, a global TracerProvider from the OTEL_* variables unless one is set
-    (`telemetry.configure`); returns it, for `shutdown()` at exit, or None."""
+    (`telemetry.configure`); returns it, for `stop_tracing` at exit, or None."""
     if not cfg.agent.otel:
         return None
     try:
         return telemetry.configure()
     except (ValueError, ImportError) as e:
         raise ConfigError(f"agent.otel: {e}") from None
+
+
+def stop_tracing(provider) -> None:
+    """Export the spans still queued by `provider` (from `start_tracing`; None: nothing), waiting at most
+    `telemetry.SHUTDOWN_SECONDS`: a collector that never answers does not hold the command at exit."""
+    if provider is not None:
+        telemetry.shutdown(provider)

@@ -66,7 +66,9 @@ def _read_yaml(path: str) -> dict:
 
     try:
         with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+            data = yaml.load(f, Loader=_loader(yaml))
+    except _AliasRefused as e:
+        raise ConfigError(f"{path}: {e}") from None
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
     except (OSError, UnicodeDecodeError) as e:
@@ -81,6 +83,43 @@ def _read_yaml(path: str) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the config must be a mapping with sections {', '.join(SECTIONS)}")
     return data
+
+
+class _AliasRefused(Exception):
+    """A YAML alias in a config; the message names the key and the line."""
+
+
+def _loader(yaml) -> type:
+    """yaml.SafeLoader that refuses aliases (`*name`) as it meets them, before anything is expanded: a config is
+    small enough to write out, and nested aliases ("billion laughs") expand a few hundred bytes into gigabytes,
+    or refer to themselves."""
+
+    class NoAliases(yaml.SafeLoader):
+        def __init__(self, stream):
+            super().__init__(stream)
+            self.keys: list[str] = []   # the keys of the node being composed, outermost first
+
+        def compose_node(self, parent, index):
+            self.keys.append(_key(index))
+            try:
+                if self.check_event(yaml.AliasEvent):
+                    event = self.peek_event()
+                    where = "".join(self.keys).lstrip(".") or "the top level"
+                    raise _AliasRefused(f"{where}: YAML aliases (*{event.anchor}) are not allowed in a config "
+                                        f"(line {event.start_mark.line + 1}); write the value out")
+                return super().compose_node(parent, index)
+            finally:
+                self.keys.pop()
+
+    return NoAliases
+
+
+def _key(index) -> str:
+    """How a node is named after its parent's name: `.key` for a mapping's value, `[n]` for a list's item."""
+    if isinstance(index, int) and not isinstance(index, bool):
+        return f"[{index}]"
+    value = getattr(index, "value", None)
+    return "." + clip(value, 60, "...") if isinstance(value, str) else ""
 
 
 def _collect(data: dict, where: str, values: dict[str, dict], origin: dict[str, str]) -> None:

@@ -192,12 +192,12 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     summary: dict = {"format_version": FORMAT_VERSION, AGENT: None, DIRECT: None}
     tools: list = []
     records: dict[str, list[dict]] = {}
-    code = 0
+    code, tracing = 0, None
     try:
         try:
             tools = config.build_tools(cfg) if AGENT in modes else []
             model = config.build_model(cfg)
-            config.start_tracing(cfg)  # agent.otel: spans exported as OTEL_* say (flushed at exit by the SDK)
+            tracing = config.start_tracing(cfg)  # agent.otel: spans exported as OTEL_* say
         except config.ConfigError as e:
             return fail(str(e))
         except (OSError, ImportError, ValueError, RuntimeError) as e:
@@ -229,6 +229,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         return 130
     finally:
         config.close_tools(tools)
+        config.stop_tracing(tracing)  # the spans still queued, for a few seconds at most
     summary["interrupted"] = code == 130
     if summary[AGENT] and summary[DIRECT]:
         summary["disagreements"] = disagreements([(m, records[m]) for m in (AGENT, DIRECT)])

@@ -81,8 +81,13 @@ def upgraded(summary, path: Path) -> dict:
     return summary
 
 
+#: What compare reads of each record (a question's id and text, the answer given, whether it was right).
+COMPARED_FIELDS = ("id", "question", "prediction", "success")
+
+
 def read_records(path: Path) -> list[dict]:
-    """A results JSONL file; a line that is not a record is an error naming the file and line."""
+    """A results JSONL file; a line that is not a record, or one without a field compare reads (COMPARED_FIELDS),
+    is an error naming the file, the line and the fields."""
     records = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -93,6 +98,13 @@ def read_records(path: Path) -> list[dict]:
             raise ResultsError(f"{path}:{number}: not valid JSON ({e})") from None
         if not isinstance(record, dict) or not {"id", "success"} <= record.keys():
             raise ResultsError(f"{path}:{number}: not a result record (no id and success)")
+        missing = [key for key in COMPARED_FIELDS if key not in record]
+        if missing:
+            raise ResultsError(f"{path}:{number}: the record of {str(record['id'])[:60]!r} has no "
+                               f"{', '.join(missing)}, which compare reads")
+        if not isinstance(record["id"], str) or not isinstance(record["success"], bool):
+            raise ResultsError(f"{path}:{number}: not a result record (its id must be text and success true or "
+                               "false)")
         records.append(record)
     return records
 

@@ -21,6 +21,13 @@ from ..redaction import redact
 log = logging.getLogger(__name__)
 
 RESULTS, SUMMARY = "results.jsonl", "summary.json"
+#: What every record has held since the first results format: one without them is run again on --resume.
+RECORD_FIELDS = ("id", "question", "answer", "prediction", "success", "format_valid", "steps", "valid_replies",
+                 "format_errors", "tool_errors", "stop_reason", "prompt_tokens", "completion_tokens", "seconds",
+                 "error")
+#: Fields later versions added, and what an older record means by their absence (approval came later: none
+#: of its calls were refused or edited).
+ADDED_FIELDS = {"repeated_calls": 0, "refused_calls": 0, "edited_calls": 0}
 
 
 class ResultsError(Exception):
@@ -43,7 +50,22 @@ def prepare(out: Path, resume: bool = False, overwrite: bool = False,
     if not resume:
         raise ResultsError(f"{out} already holds results; pass --resume to finish that run or --overwrite "
                            "to replace it")
-    return {name: [r for r in read_records(out / name) if r.get("error") is None] for name in names}
+    kept = {}
+    for name in names:
+        records = (upgraded(record, out / name) for record in read_records(out / name))
+        kept[name] = [r for r in records if r is not None and r.get("error") is None]
+    return kept
+
+
+def upgraded(record: dict, path: Path) -> dict | None:
+    """An earlier run's record in the current format: the fields added since get their defaults
+    (ADDED_FIELDS); a record without one of RECORD_FIELDS is not one to keep (None: its question runs again)."""
+    missing = [key for key in RECORD_FIELDS if key not in record]
+    if missing:
+        log.warning("%s: the record of %s has no %s; that question runs again", path, record.get("id"),
+                    ", ".join(missing))
+        return None
+    return {**ADDED_FIELDS, **record}
 
 
 def read_records(path: Path) -> list[dict]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..text import escape_controls
+
 AGENT, DIRECT = "agent", "direct"
 MODES = (AGENT, DIRECT)
 ANSWER_CLIP = 40  # characters of an answer shown in the disagreement list
@@ -92,7 +94,7 @@ def shown_answer(prediction: str | None, limit: int = ANSWER_CLIP) -> str:
     """An answer on one line, cut to its last `limit` characters: a reply taken whole ends with its result."""
     if prediction is None:
         return "(none)"
-    text = " ".join(str(prediction).split())
+    text = escape_controls(" ".join(str(prediction).split()))  # a model's text: nothing in it drives the terminal
     return text if len(text) <= limit else "…" + text[len(text) - limit + 1:]
 
 

@@ -106,16 +106,3 @@ def neutralize_control_tokens(text: str, extra: tuple[str, ...] = ()) -> str:
         if token and len(token) > 1 and token in text:
             text = text.replace(token, token[0] + _BREAK + token[1:])
     return _CONTROL.sub(lambda m: m.group(0)[0] + _BREAK + m.group(0)[1:], text)
-
-
-def neutralized(value, depth: int = 0):
-    """`value` (a str, or the str leaves and keys of dicts and lists, as a tool schema) neutralised."""
-    if isinstance(value, str):
-        return neutralize_control_tokens(value)
-    if depth > 20:  # a schema nested this deep is not shown whole anyway
-        return value
-    if isinstance(value, dict):
-        return {neutralized(k, depth + 1): neutralized(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list):
-        return [neutralized(v, depth + 1) for v in value]
-    return value

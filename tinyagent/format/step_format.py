@@ -43,7 +43,7 @@ class StepFormat:
     calls: object = None  # a tool_formats.ToolFormat: the model's own call format instead of ReAct text
 
 
-#: The reply after the turn cap's `Final Answer:` (prompts.FORCE_FINAL): one line of answer text.
+#: The reply after the turn cap's `Final Answer:` (react.force_final in data/prompts/react.yaml): one line of answer text.
 ANSWER_FORMAT = StepFormat(answer_only=True)
 
 

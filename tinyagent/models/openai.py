@@ -162,9 +162,12 @@ class OpenAIChatModel(BaseModel):
                         return value
         return None
 
-    def count_tokens(self, messages: list[Message]) -> int:
-        """The prompt's tokens, estimated: the server's tokenizer is not at hand."""
-        return sum(estimate_tokens(str(m.get("content") or "")) + MESSAGE_OVERHEAD_TOKENS for m in messages)
+    def count_tokens(self, messages: list[Message], tools: list[dict] | None = None) -> int:
+        """The prompt's tokens, estimated (the server's tokenizer is not at hand): each message's text and tool
+        calls, and the `tools` the server shows the model."""
+        total = sum(estimate_tokens(str(m.get("content") or "")) + MESSAGE_OVERHEAD_TOKENS for m in messages)
+        shown = [m["tool_calls"] for m in messages if m.get("tool_calls")] + ([tools] if tools else [])
+        return total + sum(estimate_tokens(json.dumps(part, ensure_ascii=False, default=str)) for part in shown)
 
     # --- the BaseModel interface -------------------------------------------------------------
 
@@ -193,7 +196,8 @@ class OpenAIChatModel(BaseModel):
         prompt_tokens, completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
         return Reply(
             text,
-            prompt_tokens=self.count_tokens(payload["messages"]) if prompt_tokens is None else prompt_tokens,
+            prompt_tokens=self.count_tokens(payload["messages"], payload.get("tools")) if prompt_tokens is None
+            else prompt_tokens,
             completion_tokens=estimate_tokens(text) if completion_tokens is None else completion_tokens,
             seconds=time.perf_counter() - started,
             cached_tokens=usage.get("cached_tokens"),

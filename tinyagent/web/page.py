@@ -74,12 +74,12 @@ class Session:
         self._in_run = False
 
     def stop(self) -> None:
-        """End the run in progress after its current step (also one about to start), refusing a call that
-        waits for approval; else nothing."""
+        """End the run in progress after its current step (also one about to start), refusing the call that
+        waits for approval and every later call of the run (one the model is still writing too); else nothing."""
         with self._state:
             if self._in_run:
                 self.agent.stop()
-        self.pending.cancel()
+            self.pending.cancel()
 
     def ask(self, question: str) -> Iterator[Messages]:
         """Run `question` in a worker thread, yielding the chat after each batch of events."""
@@ -102,6 +102,7 @@ class Session:
         self.events = queue.Queue()  # a fresh queue per run: nothing left over from an abandoned one
         with self._state:
             self._in_run = True
+            self.pending.start()
         worker = threading.Thread(target=work, name="tinyagent-web", daemon=True)
         worker.start()
         try:
@@ -120,6 +121,8 @@ class Session:
             if worker.is_alive():  # the page went away mid-run: end it after the step in progress
                 self.stop()
                 worker.join()
+            while not self.events.empty():  # what the run did since the page stopped reading: kept in the chat
+                self._apply(reply, self.events.get())
             reply.finish(outcome.get("result"), outcome.get("error"))
             self.messages = before + reply.messages()
         yield self.messages
@@ -185,10 +188,11 @@ class ChatPage:
         if session is not None:
             session.stop()
 
-    def approve(self, key: str, decision: str, arguments: str = "", reason: str = "") -> bool:
-        """Answer the session's call waiting for approval (run, always, edit, refuse); False when none waits."""
+    def approve(self, key: str, decision: str, arguments: str = "", reason: str = "", call: str = "") -> bool:
+        """Answer the session's call waiting for approval (run, always, edit, refuse), if `call` is its id; False
+        when none waits or another does."""
         verdict, session = approval.verdict_of(decision, arguments, reason), self.sessions.find(key)
-        return session is not None and session.pending.answer(verdict)
+        return session is not None and session.pending.answer(verdict, call)
 
     def card(self, key: str) -> tuple:
         """What the approval card shows now (`approval.Pending.card`); hidden for no session."""

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 
-from . import approval
 from ..agent import AgentResult, Step, StepKind, StopReason
 from ..agent.approval import ApprovalRequest
-from ..format.observations import observation_line
 from ..cli.report import summary
+from ..format.observations import observation_line
 from ..redaction import redact, secrets
-from ..text import clip, one_line
+from ..text import clip, escape_controls, one_line
+from . import approval
 
 Messages = list[dict]
 
@@ -96,10 +96,10 @@ class PageReply:
             name += f" · {self.labels['refused' if step.kind == StepKind.REFUSED else 'edited']}"
         meta = {"title": f"{self.labels['step'].format(n=step.index + 1)} · {name}",
                 "duration": round(step.model_seconds + step.tool_seconds, 2)}
-        if step.arguments is not None:
-            meta["log"] = clip(json.dumps(step.arguments, ensure_ascii=False), 200)
+        if step.arguments is not None:  # what ran, its hidden characters shown as the approval card shows them
+            meta["log"] = escape_controls(clip(json.dumps(step.arguments, ensure_ascii=False), 200), invisible=True)
         elif step.action_input:
-            meta["log"] = clip(step.action_input, 200)
+            meta["log"] = escape_controls(clip(step.action_input, 200), invisible=True)
         if status:
             meta["status"] = status
         body = step.text.strip()

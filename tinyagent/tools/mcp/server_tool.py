@@ -1,20 +1,36 @@
 """One MCP tool as a `Tool`: its name, description and input schema for the prompt, the argument
 check and constrained decoding; its `tools/call` result as the text of an observation.
 
-What the server says about a tool is untrusted text, like its results: chat-control tokens in names,
-descriptions and schemas are broken up before they reach the prompt; a result is cut to
+What the server says about a tool is untrusted text, like its results: a tool whose name is not an MCP
+tool name (`NAME`) is not used (server.py); titles and descriptions are one line without control
+characters; chat-control tokens in names, descriptions and schemas are broken up, at any depth, before
+they reach the prompt or `tools=`; descriptions are cut to `description_chars` wherever they are in a
+schema, a schema nested past SCHEMA_DEPTH is cut there, and one still longer than SCHEMA_CHARS is
+replaced by the compact schema of the ReAct prompt's parameter lines. A result is cut to
 MAX_RAW_OBSERVATION_CHARS by the server (server.py), as the agent cuts every tool's."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Protocol
 
-from ...format.observations import neutralize_control_tokens, neutralized
+from ...format.arguments import MAX_ARGS_DEPTH
+from ...format.observations import neutralize_control_tokens
 from ...text import clip
 from ..tool import Tool
 
 #: Tool and parameter descriptions longer than this are cut, so many tools still fit the prompt.
 DESCRIPTION_CHARS = 300
+#: A tool name as the MCP specification (2025-11-25) gives it: 1-128 ASCII letters, digits, `_`, `-` and `.`.
+NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+#: Containers nested deeper than this in an input schema are cut (any value) there: arguments nest at most
+#: MAX_ARGS_DEPTH levels, and each level of an object schema is two (the object, its properties).
+SCHEMA_DEPTH = 2 * MAX_ARGS_DEPTH + 2
+#: An input schema longer than this (as JSON, once its descriptions are cut) is replaced by the compact one.
+SCHEMA_CHARS = 8000
+#: A tool's title, for people (and the human name the model may use), is cut to this.
+TITLE_CHARS = 100
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 class ToolServer(Protocol):
@@ -34,12 +50,18 @@ class MCPTool(Tool):
         self.server_name = spec.name  # what `tools/call` is sent; the prompt's names are neutralised
         self.name_for_model = neutralize_control_tokens(spec.name)
         annotations = getattr(spec, "annotations", None)
-        self.name_for_human = neutralize_control_tokens(spec.title or getattr(annotations, "title", None) or spec.name)
-        self.description_for_model = neutralize_control_tokens(_shorten(spec.description or "", description_chars))
-        self.input_schema = neutralized(dict(spec.input_schema or {}))
-        self._server_keys = {neutralize_control_tokens(k): k for k in (spec.input_schema or {}).get("properties") or {}
-                             if isinstance(k, str)}
-        self.parameters = _parameters(self.input_schema, description_chars)
+        title = next((t for t in (spec.title, getattr(annotations, "title", None)) if isinstance(t, str) and
+                      _shorten(t, TITLE_CHARS)), spec.name)
+        self.name_for_human = neutralize_control_tokens(_shorten(title, TITLE_CHARS))
+        self.description_for_model = neutralize_control_tokens(_shorten(_text(spec.description), description_chars))
+        raw = spec.input_schema if isinstance(spec.input_schema, dict) else {}
+        schema = bounded(raw, description_chars)
+        properties = raw.get("properties") if isinstance(raw.get("properties"), dict) else {}
+        self._server_keys = {neutralize_control_tokens(k): k for k in properties if isinstance(k, str)}
+        self.parameters = _parameters(schema, description_chars)
+        if len(json.dumps(schema, ensure_ascii=False)) > SCHEMA_CHARS:  # the compact one, from the parameter lines
+            schema = {k: v for k, v in super().json_schema().items() if k != "additionalProperties"}
+        self.input_schema = schema
 
     def call(self, **kwargs) -> str:
         arguments = {self._server_keys.get(k, k): v for k, v in kwargs.items()}
@@ -73,21 +95,56 @@ def result_text(result) -> str:
     return "\n".join(parts)
 
 
+def bounded(schema: dict, chars: int) -> dict:
+    """`schema` as the model may see it: every text (keys too) with chat-control tokens broken up and control
+    characters dropped, `description` and `title` texts cut to `chars`, containers nested past SCHEMA_DEPTH
+    cut to an empty schema (any value); at any depth, walked without recursion."""
+    root: dict = {}
+    todo = [(schema, root, 1)]
+    while todo:
+        source, target, depth = todo.pop()
+        items = source.items() if isinstance(source, dict) else enumerate(source)
+        for key, value in items:
+            key = _clean(key) if isinstance(key, str) else key
+            if isinstance(value, str):
+                value = _clean(_shorten(value, chars) if key in ("description", "title") else value)
+            elif isinstance(value, (dict, list)):
+                if depth >= SCHEMA_DEPTH:
+                    value = {}
+                else:
+                    copy = {} if isinstance(value, dict) else [None] * len(value)
+                    todo.append((value, copy, depth + 1))
+                    value = copy
+            target[key] = value
+    return root
+
+
+def _clean(text: str) -> str:
+    return neutralize_control_tokens(_CONTROLS.sub("", text))
+
+
 def _parameters(schema: dict, chars: int) -> list[dict]:
     """`Tool.parameters` from a JSON schema's properties, compact enough for the prompt."""
-    required = set(schema.get("required") or [])
+    required = {r for r in schema.get("required") or [] if isinstance(r, str)} if isinstance(
+        schema.get("required"), list) else set()
+    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
     params = []
-    for name, prop in (schema.get("properties") or {}).items():
+    for name, prop in properties.items():
         prop = prop if isinstance(prop, dict) else {}
         shown = {k: v for k, v in prop.items() if k not in ("title", "description")}
         if not isinstance(shown.get("type"), str):  # a list of types: left to the server to check
             shown.pop("type", None)
         if len(json.dumps(shown, ensure_ascii=False)) > chars:
             shown = {"type": shown["type"]} if "type" in shown else {}
-        params.append({"name": name, "description": _shorten(prop.get("description") or "", chars),
+        params.append({"name": name, "description": _shorten(_text(prop.get("description")), chars),
                        "required": name in required, "schema": shown})
     return params
 
 
+def _text(value) -> str:
+    return value if isinstance(value, str) else ""
+
+
 def _shorten(text: str, chars: int) -> str:
-    return clip(" ".join(text.split()), chars, "...")
+    """One line without control characters, cut to `chars`."""
+    return clip(" ".join(_CONTROLS.sub(" ", text).split()), chars, "...")
