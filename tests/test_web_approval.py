@@ -150,7 +150,8 @@ def watched(model, stopped: threading.Event, ran: list):
         return f"{name} was born in 1979."
 
     def factory(**callbacks):
-        agent = Watched(model, tools=[lookup], max_turns=3, approve=Approver(None, {"lookup": "ask"}), **callbacks)
+        agent = Watched(model, tools=[lookup], protocol=CLASSIC, max_turns=3, approve=Approver(None, {"lookup": "ask"}),
+                        **callbacks)
         agent.stopped = stopped
         return agent
     return factory
