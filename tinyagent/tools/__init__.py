@@ -10,10 +10,11 @@ from .base import (
     tool,
 )
 from .calculator import Calculator
+from .corpus import CorpusError
 from .docstore import DocstoreLookup, DocstoreSearch, docstore_tools
 from .google_search import GoogleSearch
 from .llm_tool import LLMTool
-from .local_search import CorpusError, LocalSearch
+from .local_search import LocalSearch
 from .mcp import MCPServerError
 
 __all__ = ["Tool", "FunctionTool", "ToolError", "ToolArgumentError", "ToolTimeout", "invoke", "tool",
