@@ -187,6 +187,8 @@ class SearchIndex:
         try:
             return self._sync()
         except sqlite3.Error as e:
+            if not _damaged(e):
+                raise CorpusError(f"{self.root}: the search index could not be updated ({e})") from None
             self._rebuild_after(e)
             return self._sync()
 
