@@ -8,6 +8,7 @@ longer). A JSONL record keeps one passage per paragraph, as the shipped corpus a
 from __future__ import annotations
 
 import html.parser
+import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -242,6 +243,9 @@ def pdf_pages(path: Path) -> Iterator[tuple[int, str]]:
         from pypdf import PdfReader
     except ImportError:
         raise Unreadable("reading PDF files needs pypdf (pip install pypdf)") from None
+    quiet = logging.getLogger("pypdf")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # its notes on a damaged file would be lines of their own: ours is one
     try:
         reader = PdfReader(path)
         if reader.is_encrypted and not reader.decrypt(""):
@@ -251,6 +255,8 @@ def pdf_pages(path: Path) -> Iterator[tuple[int, str]]:
         raise
     except Exception as e:  # a malformed file can raise anything from the parser: say it is not readable
         raise Unreadable(f"not a readable PDF ({type(e).__name__}: {str(e)[:120]})") from None
+    finally:
+        quiet.setLevel(level)
     if not any(text.strip() for _, text in pages):
         raise Unreadable("the PDF has no text layer (a scan? run OCR on it first)")
     yield from ((number, text) for number, text in pages if text.strip())
