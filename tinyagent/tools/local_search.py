@@ -109,9 +109,9 @@ def sources_in(observation: str) -> list[tuple[str, str]]:
 
 
 def cited_sources(steps: Iterable, answer: str | None, tools: Iterable[str] = ("local_search",)) -> list[str]:
-    """The sources of the passages `answer` came from: of the passages the run's searches showed, those holding
-    at least half the answer's terms (or, when none does, the one holding the most), in the order shown.
-    An answer that shares no term with any passage cites none."""
+    """The sources of the passages `answer` came from: of the passages the run's searches showed, the one holding
+    the largest share of the answer's terms and those holding at least three quarters as many, in the order
+    shown. An answer that shares no term with any passage cites none."""
     words = set(tokenize(answer or ""))
     if not words:
         return []
@@ -125,5 +125,5 @@ def cited_sources(steps: Iterable, answer: str | None, tools: Iterable[str] = ("
     best = max((share for _, share in shown), default=0.0)
     if best == 0:
         return []
-    cited = [source for source, share in shown if share >= min(0.5, best)]
+    cited = [source for source, share in shown if share >= 0.75 * best]
     return list(dict.fromkeys(cited))
