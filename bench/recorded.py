@@ -12,6 +12,7 @@ from tinyagent.models.replay import RecordedReply
 from tinyagent.tools.base import ToolError
 from tinyagent.tools.calculator import Calculator
 from tinyagent.tools.google_search import GoogleSearch, format_results
+from tinyagent.tools.corpus import DEFAULT_CORPUS, load_corpus
 from tinyagent.tools.local_search import LocalSearch
 
 EPISODES = Path(__file__).parent / "episodes"
@@ -86,5 +87,5 @@ def tokenizer_texts(episodes: list[Episode]) -> list[str]:
     for e in episodes:
         texts += [e.question, e.answer, *e.search_pages()]
         texts += [s["reply"] + s.get("continuation", "") for s in e.steps]
-    texts += [d.text for d in local_search().corpus.documents]
+    texts += [d.text for d in load_corpus(DEFAULT_CORPUS)]
     return texts
