@@ -93,7 +93,14 @@ def main() -> None:
         right = {"docs": 0, "web": 0}
         for kind, question in QUESTIONS:
             started = time.perf_counter()
-            result = config.build_agent(cfg, model, tools=tools).run(question)
+            agents = []  # the run stops at its first search call: that call is the figure
+
+            def stop_at_search(step, agents=agents):
+                if step.action in ("google_search", "local_search"):
+                    agents[0].stop()
+
+            agents.append(config.build_agent(cfg, model, tools=tools, on_step=stop_at_search))
+            result = agents[0].run(question)
             picked = first_search(result)
             ok = picked == ("local_search" if kind == "docs" else "google_search")
             right[kind] += ok
