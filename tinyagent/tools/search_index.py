@@ -122,11 +122,8 @@ class SearchIndex:
         except (OSError, sqlite3.Error) as e:
             return self._in_memory(e)
         try:
-            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if not tables:
-                db.executescript(_SCHEMA)
-                self._write_meta(db)
-                return db
+            if not db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+                return self._initialised(db)
             if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                 raise sqlite3.DatabaseError("database disk image is malformed")
             if dict(db.execute("SELECT key, value FROM meta")) == self._expected():
@@ -141,14 +138,14 @@ class SearchIndex:
         return self._rebuilt()
 
     def _create(self, where: str | Path) -> sqlite3.Connection:
-        db = sqlite3.connect(where, timeout=30, check_same_thread=False)
-        db.executescript(_SCHEMA)
-        self._write_meta(db)
-        return db
+        return self._initialised(sqlite3.connect(where, timeout=30, check_same_thread=False))
 
-    def _write_meta(self, db: sqlite3.Connection) -> None:
+    def _initialised(self, db: sqlite3.Connection) -> sqlite3.Connection:
+        """`db`, empty, given the tables and what this index expects of them."""
+        db.executescript(_SCHEMA)
         with db:
-            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", self._expected().items())
+            db.executemany("INSERT INTO meta VALUES (?, ?)", self._expected().items())
+        return db
 
     def _rebuilt(self) -> sqlite3.Connection:
         """A new, empty index file in place of the old one (the next sync fills it)."""
@@ -218,7 +215,7 @@ class SearchIndex:
                 try:
                     stat = path.stat()
                 except OSError as e:
-                    self._record_error(name, 0, 0, "", f"cannot read it ({e.strerror or e})", changes, known)
+                    self._record_error(name, 0, 0, "", f"cannot read it ({e.strerror or e})", changes)
                     continue
                 before = known.get(name)
                 if before is not None and before[:2] == (stat.st_size, stat.st_mtime_ns):
@@ -226,7 +223,7 @@ class SearchIndex:
                     if before[3]:
                         changes.unreadable[name] = before[3]
                     continue
-                self._index_file(name, path, stat, before, changes, known)
+                self._index_file(name, path, stat, before, changes)
         for name, reason in changes.unreadable.items():
             if self.single:
                 raise CorpusError(f"{self.root}: {reason}")
@@ -239,16 +236,16 @@ class SearchIndex:
                      len(changes.added), len(changes.edited), len(changes.removed), changes.unchanged)
         return changes
 
-    def _index_file(self, name: str, path: Path, stat: os.stat_result, before, changes: Changes, known) -> None:
+    def _index_file(self, name: str, path: Path, stat: os.stat_result, before, changes: Changes) -> None:
         if stat.st_size > MAX_FILE_BYTES:
             self._record_error(name, stat.st_size, stat.st_mtime_ns, "",
-                               f"larger than {MAX_FILE_BYTES // 2**20} MB", changes, known)
+                               f"larger than {MAX_FILE_BYTES // 2**20} MB", changes)
             return
         try:
             data = path.read_bytes()
         except OSError as e:
             self._record_error(name, stat.st_size, stat.st_mtime_ns, "", f"cannot read it ({e.strerror or e})",
-                               changes, known)
+                               changes)
             return
         changes.read.append(name)
         digest = hashlib.sha256(data).hexdigest()
@@ -261,7 +258,7 @@ class SearchIndex:
             passages = read_passages(path, name, data, self.passage_chars)
         except (Unreadable, RecursionError) as e:
             reason = str(e) if isinstance(e, Unreadable) else "nested too deeply to read"
-            self._record_error(name, stat.st_size, stat.st_mtime_ns, digest, reason, changes, known)
+            self._record_error(name, stat.st_size, stat.st_mtime_ns, digest, reason, changes)
             return
         self._forget(name)
         self.db.execute("INSERT INTO files VALUES (?, ?, ?, ?, NULL)", (name, stat.st_size, stat.st_mtime_ns, digest))
@@ -270,9 +267,9 @@ class SearchIndex:
                                     (p.file, p.heading, p.page, p.title, p.text)).lastrowid
             self.db.execute("INSERT INTO terms(rowid, title, body) VALUES (?, ?, ?)",
                             (rowid, " ".join(tokenize(p.title)), " ".join(tokenize(p.text))))
-        (changes.edited if name in known else changes.added).append(name)
+        (changes.added if before is None else changes.edited).append(name)
 
-    def _record_error(self, name, size, mtime_ns, digest, reason, changes: Changes, known) -> None:
+    def _record_error(self, name, size, mtime_ns, digest, reason, changes: Changes) -> None:
         """The file is kept in the table with its reason, so an unchanged unreadable file is not read again."""
         self._forget(name)
         self.db.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?)", (name, size, mtime_ns, digest, reason))
