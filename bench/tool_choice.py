@@ -74,13 +74,24 @@ def main() -> None:
     parser.add_argument("--model", required=True, help="a .gguf file (llama.cpp)")
     parser.add_argument("--descriptions", default="new,old")
     parser.add_argument("--max-turns", type=int, default=2)
+    parser.add_argument("--working-first", action=argparse.BooleanOptionalAction, default=False,
+                        help="the model first works the question out alone (off: the tool choice itself is asked)")
+    parser.add_argument("--max-new-tokens", type=int, default=160)
+    parser.add_argument("--constrained", action=argparse.BooleanOptionalAction, default=None,
+                        help="decode only valid ReAct steps (outlines); default: as the config says")
+    parser.add_argument("--only", type=int, help="the first N questions of each kind")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--verbose", action="store_true", help="print each run's replies")
     args = parser.parse_args()
     server = serper_stub()
     os.environ.update({"SERPER_API_KEY": KEY, "SERPER_ENDPOINT": f"http://127.0.0.1:{server.server_port}/search"})
     cfg = config.load_config(None, {"model.backend": "llamacpp", "model.path": args.model,
                                     "agent.corpus": str(ROOT / "examples" / "docs"),
-                                    "agent.max_turns": args.max_turns, "generation.max_new_tokens": 256})
+                                    "agent.max_turns": args.max_turns, "agent.working_first": args.working_first,
+                                    "agent.constrained": args.constrained,
+                                    "generation.max_new_tokens": args.max_new_tokens})
+    questions = [q for q in QUESTIONS if args.only is None or
+                 [k for k, _ in QUESTIONS].index(q[0]) + args.only > QUESTIONS.index(q)]
     model = config.build_model(cfg)
     rows = []
     for variant in args.descriptions.split(","):
@@ -91,7 +102,7 @@ def main() -> None:
                 if t.name_for_model in OLD:
                     t.description_for_model = OLD[t.name_for_model]
         right = {"docs": 0, "web": 0}
-        for kind, question in QUESTIONS:
+        for kind, question in questions:
             started = time.perf_counter()
             agents = []  # the run stops at its first search call: that call is the figure
 
@@ -108,8 +119,11 @@ def main() -> None:
                          "question": question, "picked": picked, "right": ok,
                          "seconds": round(time.perf_counter() - started, 1)})
             print(f"{variant:4} {kind:5} {'ok ' if ok else 'NO '} {str(picked):14} {question}", flush=True)
-        print(f"== {Path(args.model).name}, {variant} descriptions: docs questions {right['docs']}/6 to local_search, "
-              f"web questions {right['web']}/6 to google_search", flush=True)
+            if args.verbose:
+                print("\n".join(f"    {s.text.strip()[:300]!r}" for s in result.steps), flush=True)
+        asked = {k: sum(1 for kind, _ in questions if kind == k) for k in right}
+        print(f"== {Path(args.model).name}, {variant} descriptions: docs questions {right['docs']}/{asked['docs']} to "
+              f"local_search, web questions {right['web']}/{asked['web']} to google_search", flush=True)
     server.shutdown()
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
