@@ -136,6 +136,31 @@ def test_unreadable_files_are_listed_one_line_each_and_skipped(folder, caplog):
     assert again.changes.read == []                   # ... without reading them again
 
 
+def test_an_encrypted_pdf_is_read_only_without_a_password(tmp_path, caplog):
+    from pypdf import PdfReader, PdfWriter
+
+    plain = write_pdf(tmp_path / "plain.pdf", [["The vault code is kept in the safe."]])
+    for name, user_password in (("locked.pdf", "secret"), ("owner-only.pdf", "")):
+        writer = PdfWriter(clone_from=PdfReader(plain))
+        writer.encrypt(user_password, owner_password="owner", algorithm="RC4-128")
+        writer.write(tmp_path / name)
+    plain.unlink()
+    with caplog.at_level(logging.WARNING, logger="tinyagent"):
+        search = LocalSearch(tmp_path)
+    assert warnings(caplog) == ["locked.pdf: skipped, the PDF is encrypted"]
+    assert search(search_query="vault code") == "[1] owner-only.pdf p. 1\nThe vault code is kept in the safe."
+
+
+def test_one_index_serves_many_threads_at_once(folder):
+    from concurrent.futures import ThreadPoolExecutor
+
+    search = LocalSearch(folder)
+    queries = ["zorblat", "brass bell", "ostrich", "code Z9", "plant", "保修"] * 10
+    alone = [search(search_query=q) for q in queries]
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(lambda q: search(search_query=q), queries)) == alone
+
+
 def test_a_corpus_that_is_one_unreadable_file_is_an_error(tmp_path):
     path = tmp_path / "only.txt"
     path.write_bytes(b"\xff\xfe\x00")
