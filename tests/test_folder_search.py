@@ -85,8 +85,11 @@ def test_the_description_says_what_the_folder_holds(folder):
     search = LocalSearch(folder)
     assert search.description("en").startswith(
         "Searches your own documents, offline: the folder 'docs' (5 files: contact.html, facts.jsonl, manual.pdf, "
-        "notes.txt, guides/setup.md). Use it for questions these documents answer.")
-    assert "文件夹 docs（5 个文件" in search.description("zh")
+        "notes.txt, guides/setup.md; about: Contact us, Setup). Use it for questions these documents answer.")
+    assert "文件夹 docs（5 个文件：contact.html、facts.jsonl、manual.pdf、notes.txt、guides/setup.md；内容包括：Contact us、" \
+           "Setup）" in search.description("zh")
+    assert "about: Frequently asked questions, Aurora K2 Electric Kettle - User Manual, Setting up the Aurora app, " \
+           "Contact Aurora support, 常见问题)" in LocalSearch(EXAMPLES).description("en")  # a PDF's own title too
     assert "encyclopedia" in LocalSearch().description("en")  # the shipped corpus keeps its own
 
 
@@ -270,7 +273,7 @@ def test_a_chinese_folder_and_a_mixed_one(tmp_path):
     assert search(search_query="多久除一次垢？") == "[1] 手册.md § 除垢\n每四周用白醋除垢一次。"
     assert search(search_query="保修期多长") == "[1] 手册.md § 保修\n自购买之日起保修两年。"
     assert sources(search(search_query="紫色的灯是什么意思")) == ["说明.txt"]
-    assert "文件夹 zh（2 个文件：手册.md、说明.txt）" in search.description("zh")
+    assert "文件夹 zh（2 个文件：手册.md、说明.txt；内容包括：使用手册）" in search.description("zh")
 
     mixed = LocalSearch(EXAMPLES, top_k=1)
     assert sources(mixed(search_query="保修期多长？")) == ["zh/常见问题.md § 保修期多长？"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import html.parser
 import logging
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -237,8 +236,9 @@ def html_sections(text: str) -> list[tuple[list[str], list[str]]]:
     return [s for s in sections if s[1]]
 
 
-def pdf_pages(path: Path) -> Iterator[tuple[int, str]]:
-    """(page number from 1, its text) for each page of a PDF with text, through pypdf."""
+def read_pdf(path: Path) -> tuple[str, list[tuple[int, str]]]:
+    """The PDF's title ("" when it has none) and (page number from 1, its text) for each page with text,
+    through pypdf."""
     try:
         from pypdf import PdfReader
     except ImportError:
@@ -251,6 +251,7 @@ def pdf_pages(path: Path) -> Iterator[tuple[int, str]]:
         if reader.is_encrypted and not reader.decrypt(""):
             raise Unreadable("the PDF is encrypted")
         pages = [(number, page.extract_text() or "") for number, page in enumerate(reader.pages, 1)]
+        title = str((reader.metadata or {}).get("/Title") or "")
     except Unreadable:
         raise
     except Exception as e:  # a malformed file can raise anything from the parser: say it is not readable
@@ -259,7 +260,7 @@ def pdf_pages(path: Path) -> Iterator[tuple[int, str]]:
         quiet.setLevel(level)
     if not any(text.strip() for _, text in pages):
         raise Unreadable("the PDF has no text layer (a scan? run OCR on it first)")
-    yield from ((number, text) for number, text in pages if text.strip())
+    return " ".join(title.split()), [(number, text) for number, text in pages if text.strip()]
 
 
 # --- one file --------------------------------------------------------------------------------------
@@ -285,8 +286,10 @@ def read_passages(path: Path, file: str, data: bytes | None = None, limit: int =
         raise Unreadable(f"not a kind of file that is searched ({', '.join(sorted(KINDS))})")
     stem = path.stem
     if kind == "pdf":
-        return [p for number, text in pdf_pages(path)
-                for p in sections_to_passages(text_sections(text), file, stem, limit, page=number)]
+        title, pages = read_pdf(path)
+        named = f"{stem} › {title}" if title else stem  # indexed with each page's passages, as a heading is
+        return [p for number, text in pages
+                for p in sections_to_passages(text_sections(text), file, named, limit, page=number)]
     if kind == "jsonl":
         return jsonl_passages(path, file, limit)
     text = decode(path.read_bytes() if data is None else data)

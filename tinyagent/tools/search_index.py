@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .corpus import CorpusError
 from .documents import KINDS, MAX_FILE_BYTES, PASSAGE_CHARS, Passage, Unreadable, read_passages
+from ..text import clip
 from .terms import TOKENIZER, tokenize
 
 log = logging.getLogger(__name__)
@@ -296,15 +297,25 @@ class SearchIndex:
             rows = self.db.execute("SELECT path FROM files WHERE error IS NULL").fetchall()
         return sorted((r[0] for r in rows), key=lambda p: (p.count("/"), p))[:limit]
 
+    def topics(self, limit: int = 6) -> list[str]:
+        """Some of the documents' own titles (a first heading, a PDF's title), those nearest the top first."""
+        with self.lock:
+            rows = self.db.execute("SELECT file, title FROM passages WHERE id IN "
+                                   "(SELECT min(id) FROM passages GROUP BY file)").fetchall()
+        titles = [(file, title.split(" › ")[1]) for file, title in rows if " › " in title]
+        return [clip(t, 60) for _, t in sorted(titles, key=lambda r: (r[0].count("/"), r[0]))][:limit]
+
     def summary(self, lang: str = "en") -> str:
-        """What the index holds, in a few words: `the folder 'docs' (3 files: a.md, b.md, c.pdf)`."""
+        """What the index holds, in a few words: `the folder 'docs' (3 files: a.md, b.md, c.pdf; about: ...)`."""
         name = self.root.resolve().name
         if self.single:
             return f"文件 {name}（{self.count()} 段）" if lang == "zh" else f"the file {name} ({self.count()} passages)"
-        names, n = self.file_names(), self.file_count()
+        names, n, topics = self.file_names(), self.file_count(), self.topics()
         if lang == "zh":
-            return f"文件夹 {name}（{n} 个文件：{'、'.join(names)}{'等' if n > len(names) else ''}）"
-        return f"the folder '{name}' ({n} files: {', '.join(names)}{', ...' if n > len(names) else ''})"
+            about = f"；内容包括：{'、'.join(topics)}" if topics else ""
+            return f"文件夹 {name}（{n} 个文件：{'、'.join(names)}{'等' if n > len(names) else ''}{about}）"
+        about = f"; about: {', '.join(topics)}" if topics else ""
+        return f"the folder '{name}' ({n} files: {', '.join(names)}{', ...' if n > len(names) else ''}{about})"
 
     def search(self, query: str, top_k: int = 3) -> list[Hit]:
         """The best `top_k` passages for `query`, best first (ties: the earlier passage)."""
