@@ -8,7 +8,8 @@ format or tokenisation changed, or when SQLite finds it damaged (then with one w
 against the hand-written BM25 of corpus.py, tantivy and bm25s: bench/search_engines.py, bench/README.md.
 
 Terms are written by `terms.tokenize` (so Chinese is indexed as character unigrams and bigrams) and stored
-space-separated; FTS5's bm25() ranks, the heading trail weighing twice the body.
+space-separated; FTS5's bm25() ranks, the heading trail weighing twice the body. (Over 300 lines: opening the
+index, keeping it in step with the files and asking it share one connection, its lock and its damage handling.)
 """
 from __future__ import annotations
 
