@@ -80,6 +80,7 @@ def main() -> None:
     parser.add_argument("--constrained", action=argparse.BooleanOptionalAction, default=None,
                         help="decode only valid ReAct steps (outlines); default: as the config says")
     parser.add_argument("--only", type=int, help="the first N questions of each kind")
+    parser.add_argument("--local-first", action="store_true", help="offer local_search before google_search")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--verbose", action="store_true", help="print each run's replies")
     args = parser.parse_args()
@@ -97,6 +98,8 @@ def main() -> None:
     for variant in args.descriptions.split(","):
         tools = config.build_tools(cfg)
         assert isinstance(tools[0], GoogleSearch) and [t.name_for_model for t in tools][-1] == "local_search"
+        if args.local_first:
+            tools.sort(key=lambda t: t.name_for_model != "local_search")
         if variant == "old":
             for t in tools:
                 if t.name_for_model in OLD:
@@ -115,14 +118,15 @@ def main() -> None:
             picked = first_search(result)
             ok = picked == ("local_search" if kind == "docs" else "google_search")
             right[kind] += ok
-            rows.append({"model": Path(args.model).name, "descriptions": variant, "kind": kind,
+            rows.append({"model": Path(args.model).name, "descriptions": variant, "local_first": args.local_first,
+                         "kind": kind,
                          "question": question, "picked": picked, "right": ok,
                          "seconds": round(time.perf_counter() - started, 1)})
             print(f"{variant:4} {kind:5} {'ok ' if ok else 'NO '} {str(picked):14} {question}", flush=True)
             if args.verbose:
                 print("\n".join(f"    {s.text.strip()[:300]!r}" for s in result.steps), flush=True)
         asked = {k: sum(1 for kind, _ in questions if kind == k) for k in right}
-        print(f"== {Path(args.model).name}, {variant} descriptions: docs questions {right['docs']}/{asked['docs']} to "
+        print(f"== {Path(args.model).name}, {variant} descriptions{', local_search first' if args.local_first else ''}: docs questions {right['docs']}/{asked['docs']} to "
               f"local_search, web questions {right['web']}/{asked['web']} to google_search", flush=True)
     server.shutdown()
     if args.json:
