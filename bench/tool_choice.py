@@ -42,6 +42,8 @@ OLD = {"google_search": {"en": "A search engine. Use it to look up facts about p
                                 "current. Returns the top results with their snippets.",
                          "zh": "一个搜索引擎。用于查询人物、地点、事件及最新信息等事实，返回最相关结果的摘要。"},
        "local_search": SHIPPED_DESCRIPTION}
+CROSS = {"en": " Questions about your own documents ({}) go to local_search, not here.",
+         "zh": "关于你自己的文档（{}）的问题请用 local_search，不要用它。"}
 KEY = "bench-serper-key-0000"
 
 
@@ -100,6 +102,12 @@ def main() -> None:
         assert isinstance(tools[0], GoogleSearch) and [t.name_for_model for t in tools][-1] == "local_search"
         if args.local_first:
             tools.sort(key=lambda t: t.name_for_model != "local_search")
+        if variant == "cross":  # google_search's description also names what goes to local_search
+            local = next(t for t in tools if t.name_for_model == "local_search")
+            for t in tools:
+                if t.name_for_model == "google_search":
+                    t.description_for_model = {lang: t.description(lang) + CROSS[lang].format(local.index.summary(lang))
+                                               for lang in ("en", "zh")}
         if variant == "old":
             for t in tools:
                 if t.name_for_model in OLD:
