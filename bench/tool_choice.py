@@ -130,7 +130,7 @@ def main() -> None:
                          "kind": kind,
                          "question": question, "picked": picked, "right": ok,
                          "seconds": round(time.perf_counter() - started, 1)})
-            print(f"{variant:4} {kind:5} {'ok ' if ok else 'NO '} {str(picked):14} {question}", flush=True)
+            print(f"{variant:4} {kind:5} {'ok ' if ok else 'NO '} {picked!s:14} {question}", flush=True)
             if args.verbose:
                 print("\n".join(f"    {s.text.strip()[:300]!r}" for s in result.steps), flush=True)
         asked = {k: sum(1 for kind, _ in questions if kind == k) for k in right}

@@ -237,8 +237,8 @@ def test_an_index_damaged_inside_is_rebuilt_too(folder, caplog):
     path.write_bytes(bytes(data))
     with caplog.at_level(logging.WARNING, logger="tinyagent"):
         search = LocalSearch(folder)
-    assert warnings(caplog) == [f"the search index of {folder} was damaged (database disk image is malformed): "
-                                "rebuilding it"]
+    assert warnings(caplog) == [(f"the search index of {folder} was damaged (database disk image is malformed): "
+                                 "rebuilding it")]
     assert search.index.path == path and search(search_query="brass bell").startswith("[1] contact.html")
 
 
@@ -310,8 +310,8 @@ def test_the_answer_cites_the_passages_it_came_from(scripted):
 # --- the faces: config, the CLI and --json ---------------------------------------------------------------
 
 E2_RUN = ['Thought: I will search the documents.\nAction: local_search\nAction Input: {"search_query": "error E2"}',
-          "Thought: I now know the final answer\nFinal Answer: The base cannot sense the kettle: lift it and set "
-          "it down again."]
+          ("Thought: I now know the final answer\nFinal Answer: The base cannot sense the kettle: lift it and set "
+           "it down again.")]
 
 
 def test_ask_with_a_corpus_folder_prints_the_sources_of_the_answer(use_model, capsys):  # noqa: F811

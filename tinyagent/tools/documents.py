@@ -27,7 +27,7 @@ _ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*$")
 _FENCE = re.compile(r" {0,3}(```|~~~)")
 _LINK = re.compile(r"!?\[([^\]\n]*)\]\([^)\n]*\)")
-_COMMENT = re.compile(r"<!--.*?-->", re.S)
+_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 _BLANK = re.compile(r"\n[ \t]*\n")
 
 
@@ -169,10 +169,10 @@ class _Readable(html.parser.HTMLParser):
     """The text of an HTML page as sections: headings (h1-h6) start one, block elements end a paragraph,
     and what a reader does not see (scripts, styles, navigation, the head but its title) is left out."""
 
-    SKIP = {"script", "style", "noscript", "template", "svg", "nav", "head", "iframe", "object"}
-    BLOCKS = {"p", "div", "section", "article", "main", "header", "footer", "aside", "li", "ul", "ol", "dl",
+    SKIP = frozenset({"script", "style", "noscript", "template", "svg", "nav", "head", "iframe", "object"})
+    BLOCKS = frozenset({"p", "div", "section", "article", "main", "header", "footer", "aside", "li", "ul", "ol", "dl",
               "dt", "dd", "table", "tr", "td", "th", "br", "hr", "blockquote", "pre", "figure", "figcaption",
-              "form", "details", "summary"}
+              "form", "details", "summary"})
 
     def __init__(self):
         super().__init__(convert_charrefs=True)

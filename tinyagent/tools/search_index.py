@@ -22,9 +22,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..text import clip
 from .corpus import CorpusError
 from .documents import KINDS, MAX_FILE_BYTES, PASSAGE_CHARS, Passage, Unreadable, read_passages
-from ..text import clip
 from .terms import TOKENIZER, tokenize
 
 log = logging.getLogger(__name__)
