@@ -170,9 +170,9 @@ class _Readable(html.parser.HTMLParser):
     and what a reader does not see (scripts, styles, navigation, the head but its title) is left out."""
 
     SKIP = frozenset({"script", "style", "noscript", "template", "svg", "nav", "head", "iframe", "object"})
-    BLOCKS = frozenset({"p", "div", "section", "article", "main", "header", "footer", "aside", "li", "ul", "ol", "dl",
-              "dt", "dd", "table", "tr", "td", "th", "br", "hr", "blockquote", "pre", "figure", "figcaption",
-              "form", "details", "summary"})
+    BLOCKS = frozenset({"p", "div", "section", "article", "main", "header", "footer", "aside", "li", "ul", "ol",
+                        "dl", "dt", "dd", "table", "tr", "td", "th", "br", "hr", "blockquote", "pre", "figure",
+                        "figcaption", "form", "details", "summary"})
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
