@@ -14,6 +14,7 @@ from tinyagent import ReAct
 from tinyagent.format.prompts import build_system_prompt
 from tinyagent.tools.calculator import Calculator
 from tinyagent.tools.google_search import GoogleSearch, format_results
+from tinyagent.tools.corpus import DEFAULT_CORPUS, load_corpus
 from tinyagent.tools.local_search import LocalSearch
 from tinyagent.tools.tool import ToolError
 
@@ -91,5 +92,5 @@ def tokenizer_texts(episodes: list[Episode]) -> list[str]:
     for e in episodes:
         texts += [e.question, e.answer, *e.search_pages()]
         texts += [s["reply"] + s.get("continuation", "") for s in e.steps]
-    texts += [d.text for d in local_search().corpus.documents]
+    texts += [d.text for d in load_corpus(DEFAULT_CORPUS)]
     return texts

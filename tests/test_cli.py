@@ -298,7 +298,7 @@ def test_help_and_version_exit_0():
     (("ask", "--max-turns", "many", "q"), ["invalid int value"]),
     (("ask", "--config", "configs/missing.yaml", "q"), ["tinyagent: error: configs/missing.yaml: no such config file"]),
     (("ask", "--tools", "calculator,web", "q"), ["unknown tool 'web'", "valid tools: google_search, calculator, local_search"]),
-    (("ask", "--corpus", "/no/such.jsonl", "q"), ["tinyagent: error: agent.corpus: no such file: /no/such.jsonl"]),
+    (("ask", "--corpus", "/no/such.jsonl", "q"), ["tinyagent: error: agent.corpus: no such folder or file: /no/such.jsonl"]),
     (("ask", "--model", "./no/such/model", "q"), ["tinyagent: error: model.path: no such model folder: ./no/such/model"]),
     (("ask", "--max-turns", "0", "q"), ["tinyagent: error: agent.max_turns: must be at least 1, not 0"]),
 ])

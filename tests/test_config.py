@@ -112,7 +112,7 @@ def test_unknown_keys_name_the_key_and_the_file(tmp_path):
     ({"model.backend": "internlm2", "model.path": "internlm/x", "model.gguf_file": "a.gguf"},
      ["model.gguf_file", "only used by backends hf and llamacpp"]),
     ({"model.backend": "hf", "model.path": "./no/such/folder"}, ["model.path", "no such model folder"]),
-    ({"agent.corpus": "/no/such/corpus.jsonl"}, ["agent.corpus", "no such file"]),
+    ({"agent.corpus": "/no/such/corpus.jsonl"}, ["agent.corpus", "no such folder or file"]),
     ({"model": "hf"}, ["model", "mapping"]),
     ({"model.timeout": float("nan")}, ["model.timeout", "a finite number", "NaN"]),
     ({"model.timeout": float("inf")}, ["model.timeout", "a finite number", "Infinity"]),

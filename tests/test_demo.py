@@ -61,8 +61,9 @@ def test_demo_runs_both_conversations_with_history(demo, capsys):
     observations = [o.split("\nThought:")[0] for o in out.split("\nObservation: ")[1:]]
     assert len(observations) == 2  # the real local_search over the shipped corpus
     assert "born on 18 January 1979" in observations[0] and "1979年1月18日出生" in observations[1]
-    for answer in ("1979", "Jay (2000)", "1979年", "《Jay》"):
-        assert f"----------------------------------------\nFinal Answer: {answer}\n[" in out
+    for answer, cited in (("1979", "Sources: Jay Chou\n"), ("Jay (2000)", ""), ("1979年", "Sources: 周杰伦\n"),
+                          ("《Jay》", "")):  # the sources of the searched passages an answer came from
+        assert f"----------------------------------------\nFinal Answer: {answer}\n{cited}[" in out
     assert len(SUMMARY.findall(out)) == 4
     assert "=== Done: 4 questions, 4 answered with a Final Answer line; 6 steps (2 tool calls), 330 tokens," in out
     follow_up = model.calls[2]["messages"]  # "his first album": the first turn is in the prompt

@@ -14,7 +14,7 @@ from tinyagent.tools import (
     docstore_tools,
 )
 from tinyagent.tools.docstore import sentences
-from tinyagent.tools.local_search import Corpus, Document
+from tinyagent.tools.corpus import Corpus, Document
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
 CLASSIC = ReAct(working_first=False)
@@ -153,9 +153,11 @@ def test_pairs_do_not_share_state(corpus):
         lookup_b(keyword="album")
 
 
-def test_docstore_and_local_search_share_one_index(corpus):
-    search, _ = docstore_tools(corpus=corpus)
-    assert search.corpus is LocalSearch(corpus=corpus).corpus
+def test_docstore_and_local_search_find_the_same_article():
+    """The docstore ranks the corpus in memory (corpus.py), local_search on its index (search_index.py)."""
+    search, _ = docstore_tools()
+    assert search(entity="Jay Chou born").startswith("Jay Chou\n")
+    assert LocalSearch()(search_query="Jay Chou born").startswith("[1] Jay Chou\n")
 
 
 def test_sentences_split_english_and_chinese():

@@ -571,3 +571,20 @@ def test_a_chinese_question_gets_chinese_step_titles(start_page):
     assert [m["metadata"]["title"] for m in chat[1:-1]] == ["第 1 步 · lookup", "第 2 步 · 最终答案"]
     assert chat[1]["metadata"]["log"] == '{"name": "周杰伦"}' and "Observation: 周杰伦 was born" in text(chat[1])
     assert text(chat[-1]).startswith("1979年\n\n*[2 steps, ")
+
+
+def test_the_answer_lists_the_sources_of_its_passages(start_page):
+    """A corpus folder on the page: the answer shows, under it, where its passages came from."""
+    from tinyagent.tools import LocalSearch
+
+    docs = LocalSearch(ROOT / "examples" / "docs")
+    model = LiveModel(['Thought: I will search.\nAction: local_search\nAction Input: {"search_query": "error E2"}',
+                       "Thought: I now know the final answer\nFinal Answer: The base cannot sense the kettle.",
+                       'Thought: 搜索。\nAction: local_search\nAction Input: {"search_query": "保修期"}',
+                       "Thought: 我现在知道最终答案了\nFinal Answer: 保修两年。"])
+    visitor = Visitor(start_page(agents_of(model, tools=[docs])))
+    chat, _ = visitor.ask("What does error E2 mean?")
+    assert "Observation: [1] kettle-manual.pdf p. 3\nError codes" in text(chat[1])
+    assert text(chat[-1]).startswith("The base cannot sense the kettle.\n\nSources:\n- kettle-manual.pdf p. 3\n\n*[2 steps")
+    chat, _ = visitor.ask("保修期多长？")
+    assert text(chat[-1]).startswith("保修两年。\n\n出处：\n- zh/常见问题.md § 保修期多长？\n\n*[2 steps")

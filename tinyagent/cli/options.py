@@ -24,7 +24,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--lang", choices=configuration.LANGS, help="prompt language (auto: from the question)")
     g.add_argument("--max-turns", type=int, metavar="N", help="tool calls before a forced answer")
     g.add_argument("--tools", metavar="LIST", help=f"comma-separated, from: {','.join(configuration.TOOL_NAMES)}")
-    g.add_argument("--corpus", metavar="FILE", help="JSONL corpus for local_search")
+    g.add_argument("--corpus", metavar="PATH", help="local_search's documents: a folder of Markdown, text, HTML "
+                   "and PDF files (indexed once, under TINYAGENT_CACHE) or a JSONL file")
     g.add_argument("--mcp", action="append", metavar="'COMMAND ARGS...'", help="also use the tools of "
                    "this MCP server (stdio); repeatable, added to the config's agent.mcp_servers")
     g.add_argument("--constrained", action=argparse.BooleanOptionalAction, help="decode only valid ReAct "

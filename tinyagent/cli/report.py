@@ -12,6 +12,7 @@ from ..format.observations import observation_line
 from ..format.templates import shipped
 from ..redaction import redact, secrets
 from ..text import escape_controls, lang_for
+from ..tools.local_search import cited_sources
 from ..traces import TraceWriter, dumps, to_jsonable
 
 PROG = "tinyagent"
@@ -48,6 +49,12 @@ def summary(result) -> str:
     if result.stop_reason != StopReason.FINAL_ANSWER:
         parts.append(STOP_REASONS.get(result.stop_reason) or f"stopped: {result.stop_reason}")
     return "[" + ", ".join(parts) + "]"
+
+
+def answer_sources(result) -> list[str]:
+    """The sources (`setup.md § Installing`, `manual.pdf p. 3`) of the local_search passages the answer
+    came from; none for a run without an answer."""
+    return cited_sources(result.steps, result.answer) if result.finished else []
 
 
 def _steps(n: int) -> str:
@@ -150,14 +157,17 @@ class Reporter:
         return len({s.index if s.turn is None else f"turn {s.turn}" for s in self.steps})
 
     def end(self, result) -> None:
+        sources = answer_sources(result)
         if self.trace is not None:
             fields = {k: v for k, v in to_jsonable(result).items() if k != "steps"}
-            self.trace.write({"event": "result", "run": self.runs, **fields, "steps": len(result.steps)})
+            self.trace.write({"event": "result", "run": self.runs, **fields, "steps": len(result.steps),
+                              "sources": sources})
         if self.json_mode:
-            print(dumps(result), flush=True)
+            print(dumps({**to_jsonable(result), "sources": sources}), flush=True)
             return
         head = f"Final Answer: {result.answer}" if result.finished else "No final answer."
-        self._out(f"{'-' * 40}\n{head}\n{summary(result)}\n\n")
+        cited = f"Sources: {'; '.join(sources)}\n" if sources else ""
+        self._out(f"{'-' * 40}\n{head}\n{cited}{summary(result)}\n\n")
 
     def interrupted(self) -> None:
         """Ctrl-C during a run: show and record what was done so far."""

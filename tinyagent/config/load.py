@@ -233,8 +233,8 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
             _fail(where, "agent.tools", f"unknown tool {name!r}; valid tools: {', '.join(TOOL_NAMES)}")
     if len(set(a.tools)) != len(a.tools):
         _fail(where, "agent.tools", f"a tool is listed twice: {a.tools}")
-    if a.corpus is not None and not Path(a.corpus).expanduser().is_file():
-        _fail(where, "agent.corpus", f"no such file: {a.corpus}")
+    if a.corpus is not None and not Path(a.corpus).expanduser().exists():
+        _fail(where, "agent.corpus", f"no such folder or file: {a.corpus}")
     _check_mcp_servers(a.mcp_servers, where)
     if a.otel and not telemetry.available():  # checked now, not at the first run
         _fail(where, "agent.otel", telemetry.INSTALL_HINT)

@@ -73,7 +73,7 @@ class AgentConfig:
     lang: str = "auto"
     max_turns: int = 5
     tools: list[str] = field(default_factory=lambda: list(TOOL_NAMES))
-    corpus: str | None = None        # JSONL file for local_search
+    corpus: str | None = None        # local_search's documents: a folder (Markdown, text, HTML, PDF) or a JSONL file
     mcp_servers: list[dict] = field(default_factory=list)  # [{command, args, env, timeout, tools}]
     max_observation_chars: int | None = 4000
     llm_fallback: bool = False           # offer the model itself as a tool when no tool fits

@@ -4,10 +4,11 @@ streaming without a tail that could begin a secret. No Gradio here: plain chat-m
 from __future__ import annotations
 
 import json
+import re
 
 from ..agent import AgentResult, Step, StepKind, StopReason
 from ..agent.approval import ApprovalRequest
-from ..cli.report import summary
+from ..cli.report import answer_sources, summary
 from ..format.observations import observation_line
 from ..redaction import redact, secrets
 from ..text import clip, escape_controls, one_line
@@ -17,13 +18,13 @@ Messages = list[dict]
 
 LABELS = {
     "en": {"step": "Step {n}", "final": "final answer", "forced": "final answer at the turn cap",
-           "refused": "refused", "edited": "edited",
+           "refused": "refused", "edited": "edited", "sources": "Sources:",
            "stopped": "Stopped after {n} step(s).", "no_answer": "No final answer.", "error": "Error: {e}",
            "busy": "A question is still running: wait for it, or press Stop.",
            "too_long": "The question is too long ({n} characters; the limit is {limit}).",
            "full": "The page is answering as many conversations as it can: try again in a moment."},
     "zh": {"step": "第 {n} 步", "final": "最终答案", "forced": "达到轮数上限时的最终答案",
-           "refused": "已拒绝", "edited": "已修改",
+           "refused": "已拒绝", "edited": "已修改", "sources": "出处：",
            "stopped": "已在第 {n} 步后停止。", "no_answer": "没有最终答案。", "error": "错误：{e}",
            "busy": "上一个问题还在运行：请稍候，或按“停止”。",
            "too_long": "问题太长（{n} 个字符；上限为 {limit}）。",
@@ -68,6 +69,9 @@ class PageReply:
         else:
             if result.finished:
                 head = result.answer
+                sources = answer_sources(result)
+                if sources:  # a list under the answer, each source as plain text
+                    head += f"\n\n{self.labels['sources']}\n" + "\n".join(f"- {_plain(s)}" for s in sources)
             elif result.stop_reason == StopReason.STOPPED:
                 head = self.labels["stopped"].format(n=len(result.steps))
             else:  # the model failed, the context is full, or no answer came at the turn cap
@@ -107,6 +111,11 @@ class PageReply:
         if line is not None:
             body += f"\n\n{line}"
         return message(redact(body), redact(meta))
+
+
+def _plain(text: str) -> str:
+    """`text` shown as itself in Markdown (a file name's `_` or `*` not read as emphasis)."""
+    return re.sub(r"([\\`*_{}\[\]<>()#+!|~])", r"\\\1", text)
 
 
 def message(content: str, metadata: dict | None = None) -> dict:
