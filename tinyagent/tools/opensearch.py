@@ -8,8 +8,8 @@ passages and their sources as it does for a folder on disk.
 """
 from __future__ import annotations
 
-from ..http import Deadline, RequestFailed, json_body, post_json
-from ..secrets import register_secret, register_url
+from ..jsonhttp import Deadline, RequestFailed, json_body, post_json
+from ..redaction import register_secret, register_url
 from .tool import ToolError
 from .documents import Passage
 from .search_index import Hit
