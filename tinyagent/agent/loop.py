@@ -16,21 +16,20 @@ from collections.abc import Callable
 
 from ..format.arguments import bad_input_message
 from ..format.kinds import StepKind
-from ..format.messages import Message
 from ..format.reading import Reading
 from ..format.step_format import require_outlines
 from ..format.templates import Overrides, Prompts, prompts_for
-from ..models.model import BaseModel, Reply
+from ..models.model import BaseModel
 from ..text import lang_for
 from ..tools.tool import Tool
 from ..tools.tool import tool as make_tool
 from . import context, shaping, tool_calls
 from .approval import Approver, Ask, as_approver
-from .hooks import HookFailed, Hooks, ToolCall, around
+from .hooks import HookFailed, Hooks, around
 from .protocols import PROTOCOLS, BaseProtocol, ProtocolName
 from .react import ReAct
 from .results import AgentResult, Generation, Step, StopReason
-from .run import ModelFailed, RunState, call_model
+from .run import ModelFailed, RunState
 from .tools_protocol import Tools
 
 STUCK_REPEATS = 2  # repeated calls in a row after which the turn cap's answer is asked at once
@@ -133,9 +132,8 @@ class Agent:
         """
         started = time.perf_counter()
         lang = lang_for(self.lang, question)
-        result = AgentResult(question=question, lang=lang, protocol=str(self.protocol.name))
-        run = RunState(question, lang, result, self.model, self.tools, self.protocol, self.prompts, self.hooks,
-                       self.generate_kwargs, self._stop, self.on_step, self.on_text)
+        run = self._state(question, lang)
+        result = run.result
         run.messages = self.protocol.conversation(question, history, lang, self.system_prompt_for(lang), self.prompts)
         try:
             with around(self.hooks, "run", run.view):
@@ -208,7 +206,7 @@ class Agent:
             if tool is not None:
                 calls.append((step, tool))
         together = self.protocol.together() and not any(isinstance(h, Approver) for h in self.hooks)
-        tool_calls.run_together(calls, lambda step, tool: self._run_tool(step, tool, run), together=together)
+        tool_calls.run_together(calls, run.call_tool, together=together)
         generation.into(steps[0])
         return steps
 
@@ -217,7 +215,13 @@ class Agent:
         the hooks, or its answer or error observation."""
         step = Step.of(0, reading)
         tool = self._fill(step, reading, None)
-        return step if tool is None else self._run_tool(step, tool, None, lang)
+        return step if tool is None else self._state("", lang).call_tool(step, tool)
+
+    def _state(self, question: str, lang: str) -> RunState:
+        """A run's state: its question and language, and what it needs of this agent."""
+        return RunState(question, lang, AgentResult(question=question, lang=lang, protocol=str(self.protocol.name)),
+                        self.model, self.tools, self.protocol, self.prompts, self.hooks, self.generate_kwargs,
+                        self.observations, self.tool_timeout, self._stop, self.on_step, self.on_text)
 
     def _fill(self, step: Step, reading: Reading, run: RunState | None, earlier: list[Step] = ()) -> Tool | None:
         """Fill in the step of a reading: a final answer, an error observation, or a call ready to run
@@ -255,40 +259,6 @@ class Agent:
             step.observation = self.protocol.repeated_call(step, same, run.lang, self.prompts)
             return None
         return tool
-
-    def _run_tool(self, step: Step, tool: Tool, run: RunState | None, lang: str = "en") -> Step:
-        """Invoke a prepared call through the tool hooks and shape its output into the step's observation."""
-        lang = run.lang if run is not None else lang
-        call = ToolCall(run.view if run is not None else None, step, tool, step.arguments)
-        raw = tool_calls.settle(step, tool_calls.call(call, self.hooks, self.tool_timeout), lang, self.prompts)
-        if raw is not None:
-            step.observation = self._observation_text(raw, lang, step.thought, run)
-            step.raw_observation = raw if step.observation != raw else None
-        return step
-
-    def _observation_text(self, raw: str, lang: str, thought: str, run: RunState | None) -> str:
-        """Tool output as it enters the prompt (`shaping.shaped`), distilled by the model when it is long and
-        `observations.distill` is on (that call counted in the run's usage)."""
-        settings = self.observations
-
-        def distill(text: str) -> str:
-            if not settings.distill or len(text) <= settings.distill_threshold:
-                return text
-            budget = context.prompt_budget(self.model, self.generate_kwargs)
-            return shaping.distilled(text, lang, run.question if run is not None else "", thought,
-                                     lambda messages: self._ask(messages, run), self.model.count_tokens, budget,
-                                     self.prompts)
-
-        return shaping.shaped(raw, lang, getattr(self.model, "control_tokens", ()), settings.max_chars, distill)
-
-    def _ask(self, messages: list[Message], run: RunState | None) -> str:
-        """A model call outside the scratchpad (distilling), counted in the run's usage."""
-        view, index = (run.view, len(run.result.steps)) if run is not None else (None, 0)
-        reply = Reply.of(call_model(self.model, self.hooks, view, index, messages, "distill",
-                                    dict(self.generate_kwargs)).reply)
-        if run is not None:
-            run.result.add_usage(reply)
-        return reply.text
 
 
 def protocol_for(spec: str | BaseProtocol, model: BaseModel) -> BaseProtocol:

@@ -1,9 +1,11 @@
-"""One run in progress, and its model calls: the state the loop and its protocol share.
+"""One run in progress, its model calls and its tool calls: the state the loop and its protocol share.
 
 `RunState.generate` is the one way a run calls its model: the conversation plus the steps so far, as the
 protocol writes them (messages, stop strings, tools, the reply's format when constrained), fitted to the
 context window, through the model hooks, its reply kept as the protocol keeps it and counted in the run's
-usage. The loop (`loop.py`) and the protocol's own turns (`react.py`) both call it; it calls neither.
+usage. `RunState.call_tool` is the one way it calls a tool: through the tool hooks and approval, its output
+shaped into the observation. The loop (`loop.py`) and the protocol's own turns (`react.py`) both call them;
+they call neither.
 """
 from __future__ import annotations
 
@@ -17,9 +19,10 @@ from ..format.templates import Prompts
 from ..models.model import BaseModel, Reply
 from ..text import one_line
 from ..tools.tool import Tool
-from . import context
-from .hooks import Hooks, ModelCall, Run, around, guarded, notify
+from . import context, shaping, tool_calls
+from .hooks import Hooks, ModelCall, Run, ToolCall, around, guarded, notify
 from .results import AgentResult, Generation, Step
+from .shaping import Observations
 
 log = logging.getLogger(__package__)  # "tinyagent.agent", for the whole loop
 
@@ -46,6 +49,8 @@ class RunState:
     prompts: Prompts
     hooks: list[Hooks]
     generate_kwargs: dict
+    observations: Observations
+    tool_timeout: float | None
     stop_event: threading.Event
     on_step: object = None          # Callable[[Step], None] | None
     on_text: object = None          # Callable[[str], None] | None
@@ -101,6 +106,36 @@ class RunState:
     def call_model(self, messages: list[Message], purpose: str, **kwargs) -> ModelCall:
         """One model call through the model hooks (which may change the prompt or answer it themselves)."""
         return call_model(self.model, self.hooks, self.view, len(self.result.steps), messages, purpose, kwargs)
+
+    def call_tool(self, step: Step, tool: Tool) -> Step:
+        """Invoke a prepared call (`step.arguments`) through the tool hooks and approval, and shape its output
+        into the step's observation."""
+        call = ToolCall(self.view, step, tool, step.arguments)
+        raw = tool_calls.settle(step, tool_calls.call(call, self.hooks, self.tool_timeout), self.lang, self.prompts)
+        if raw is not None:
+            step.observation = self._observation_text(raw, step.thought)
+            step.raw_observation = raw if step.observation != raw else None
+        return step
+
+    def _observation_text(self, raw: str, thought: str) -> str:
+        """Tool output as it enters the prompt (`shaping.shaped`), distilled by the model when it is long and
+        `observations.distill` is on (that call counted in the run's usage)."""
+        settings = self.observations
+
+        def distill(text: str) -> str:
+            if not settings.distill or len(text) <= settings.distill_threshold:
+                return text
+            budget = context.prompt_budget(self.model, self.generate_kwargs)
+            return shaping.distilled(text, self.lang, self.question, thought, self._ask, self.model.count_tokens,
+                                     budget, self.prompts)
+
+        return shaping.shaped(raw, self.lang, getattr(self.model, "control_tokens", ()), settings.max_chars, distill)
+
+    def _ask(self, messages: list[Message]) -> str:
+        """A model call outside the scratchpad (distilling), counted in the run's usage."""
+        reply = Reply.of(self.call_model(messages, "distill", **self.generate_kwargs).reply)
+        self.result.add_usage(reply)
+        return reply.text
 
 
 def call_model(model: BaseModel, hooks: list[Hooks], view: Run | None, index: int, messages: list[Message],
