@@ -20,10 +20,11 @@ LAYERS = {
     "tinyagent.engine": (2, "engine"), "tinyagent.models": (2, "models"), "tinyagent.tools": (2, "tools"),
     "tinyagent.agent": (3, "agent"),
     "tinyagent.runs": (4, "runs"), "tinyagent.config": (4, "runs"), "tinyagent.eval": (4, "runs"),
+    "tinyagent.store": (4, "runs"),
     "tinyagent.report": (5, "faces"), "tinyagent.web": (5, "faces"), "tinyagent.cli": (5, "faces"), "tinyagent.options": (5, "faces"),
     "tinyagent.terminal": (5, "faces"), "tinyagent.web_approval": (5, "faces"),
     "tinyagent.sessions": (5, "faces"), "tinyagent.web_reply": (5, "faces"),
-    "tinyagent.__main__": (5, "faces"),
+    "tinyagent.__main__": (5, "faces"), "tinyagent.serve": (5, "faces"),
     # the public face and the deprecated old paths sit above everything they name
     "tinyagent": (6, "face"), "tinyagent.llm": (6, "face"), "tinyagent.prompts": (6, "face"),
     "tinyagent.batch": (6, "face"),
