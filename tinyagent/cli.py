@@ -24,6 +24,7 @@ from .models.embedded import NOTICE as EMBEDDED_NOTICE
 from .options import add_model_options, add_web_options, config_from_args, loopback, web_login
 from .report import PROG, Reporter, answer, note
 from .secrets import redact, register_url
+from .serve import command as serving
 from .terminal import TerminalApprover
 from .text import one_line
 from .trace import TraceWriter, dumps
@@ -100,7 +101,7 @@ def guarded(body: Callable[[], int], verbose: bool = False) -> int:
         return body()
     except configuration.ConfigError as e:
         code, message = EXIT_USAGE, one_line(e, with_type=False)
-    except (LoadError, RequestFailed) as e:
+    except (LoadError, RequestFailed, serving.ServeError) as e:
         code, message = EXIT_RUNTIME, one_line(e, with_type=False)
     except KeyboardInterrupt:
         note("interrupted")
@@ -124,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="A small bilingual ReAct agent for open-weight "
                                      "chat models.", epilog="Run `tinyagent ask -h` for the options.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{ask,chat,web,eval}")
+    sub = parser.add_subparsers(dest="command", metavar="{ask,chat,web,serve,mcp-server,eval}")
     for name, text in (("ask", "answer one question"), ("chat", "a multi-turn session (stdin may be piped)")):
         p = sub.add_parser(name, help=text, description=text)
         if name == "ask":
@@ -138,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("web", help=text, description=text)
     add_model_options(p)
     add_web_options(p)
+    serving.add_parsers(sub)
     text = "score the agent on a JSONL suite beside the model alone; `eval compare DIR...` (python -m tinyagent.eval)"
     sub.add_parser("eval", help=text, description=text, add_help=False)  # its own parser reads the rest
     return parser
@@ -162,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.command == "web":
         return web_page(args)
+    if args.command in ("serve", "mcp-server"):
+        return (serving.serve if args.command == "serve" else serving.mcp)(args, load_model)
     cfg = config_from_args(args)
     tools = configuration.build_tools(cfg)
     trace, tracing = None, None

@@ -85,6 +85,8 @@ def config_from_args(args: argparse.Namespace) -> configuration.Config:
         overrides.update({"model.backend": "openai", "model.base_url": args.base_url})
     for name in ("max_question_chars", "max_sessions", "session_ttl", "max_runs"):  # only `web` has them
         overrides[f"web.{name}"] = getattr(args, name, None)
+    for name in ("name", "max_runs", "max_waiting", "max_question_chars", "max_request_bytes"):  # serve's
+        overrides[f"serve.{name}"] = getattr(args, f"serve_{name}", None)
     if getattr(args, "auth", None):
         overrides["web.auth_user"] = args.auth.partition(":")[0]
     if args.mcp:
