@@ -44,6 +44,10 @@ def test_turns_and_steps_come_back_from_a_new_store_on_the_same_file(tmp_path):
     assert turn.steps[1].arguments == {"expression": "1+1"} and turn.steps[1].observation == "2"
     assert turn.stop_reason == "final_answer" and turn.details["prompt_tokens"] == 30
     assert plain.steps == [] and plain.answer == "470 km"
+    rebuilt = turn.result()  # the run as it was, for a page that shows it again
+    assert rebuilt.finished and rebuilt.stop_reason == StopReason.FINAL_ANSWER and rebuilt.generate_calls == 3
+    assert rebuilt.steps == turn.steps and rebuilt.answer == "450 km" and rebuilt.seconds == 0.5
+    assert plain.result().finished and plain.result().stop_reason == StopReason.FINAL_ANSWER
     assert again.load("unknown") == [] and again.turns("unknown") == []
 
 

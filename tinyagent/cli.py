@@ -204,6 +204,7 @@ def web_page(args: argparse.Namespace, model=None) -> int:
     """Load the model once, then serve the chat page until Ctrl-C; `model` replaces the configured one."""
     cfg = config_from_args(args)
     auth = web_login(cfg, args.auth)  # before a slow load: a missing password is a usage error
+    store = SQLiteStore(None if cfg.web.store is True else cfg.web.store) if cfg.web.store else None
     try:
         web.require_gradio()
     except ImportError as e:
@@ -222,7 +223,7 @@ def web_page(args: argparse.Namespace, model=None) -> int:
         if cfg.model.backend == "embedded":
             about += f"\n\n{EMBEDDED_NOTICE}"
         page = web.ChatPage(new_agent, about, max_question_chars=w.max_question_chars, max_sessions=w.max_sessions,
-                            session_ttl=w.session_ttl, max_runs=w.max_runs).build()
+                            session_ttl=w.session_ttl, max_runs=w.max_runs, store=store).build()
         if auth is None and (args.share or not loopback(args.host)):
             log.warning("the chat page is open to %s without a login: anyone there can use its model and tools. "
                         "Add --auth USER (password from %s)", "anyone with the public link" if args.share else

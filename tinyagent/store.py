@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Protocol
 
-from .agent.results import AgentResult, Step
+from .agent.results import AgentResult, Step, StopReason
 from .secrets import redact
 from .trace import to_jsonable
 
@@ -73,6 +73,16 @@ class Turn:
     steps: list[Step] = field(default_factory=list)
     created: float = 0.0
     details: dict = field(default_factory=dict)  # the rest of the result: tokens, seconds, error, protocol
+
+    def result(self) -> AgentResult:
+        """The turn as the run's AgentResult (what this version knows of it)."""
+        known = {k: v for k, v in self.details.items() if k in _RESULT_FIELDS}
+        try:
+            stop_reason = StopReason(self.stop_reason) if self.stop_reason else ""
+        except ValueError:  # a newer version's reason
+            stop_reason = ""
+        return AgentResult(**{**known, "question": self.question, "answer": self.answer, "steps": list(self.steps),
+                              "stop_reason": stop_reason, "lang": self.lang})
 
 
 @dataclass
@@ -148,7 +158,7 @@ class SQLiteStore:
     def append(self, name: str, question: str, result: AgentResult | str, owner: str = "") -> None:
         check_name(name)
         if isinstance(result, str):
-            result = AgentResult(question=question, answer=result)
+            result = AgentResult(question=question, answer=result, finished=True, stop_reason=StopReason.FINAL_ANSWER)
         record = redact(to_jsonable(result))
         steps = record.pop("steps")
         answer, stop_reason, lang = record.pop("answer"), record.pop("stop_reason"), record.pop("lang")
@@ -264,6 +274,7 @@ def _writing(db: sqlite3.Connection) -> Iterator[None]:
 
 
 _STEP_FIELDS = {f.name for f in fields(Step)}
+_RESULT_FIELDS = {f.name for f in fields(AgentResult)} - {"question", "answer", "steps", "stop_reason", "lang"}
 
 
 def _step(data: dict) -> Step:

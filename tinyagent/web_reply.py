@@ -109,5 +109,15 @@ class Reply:
         return message(redact(body), redact(meta))
 
 
+def replayed(question: str, result: AgentResult) -> Messages:
+    """A finished turn as the chat showed it: the question, a block per step, the answer (a conversation
+    brought back from the conversation store)."""
+    reply = Reply(result.lang if result.lang in LABELS else "en")
+    for step in result.steps:
+        reply.on_step(step)
+    reply.finish(result)
+    return [{"role": "user", "content": redact(question)}, *reply.messages()]
+
+
 def message(content: str, metadata: dict | None = None) -> dict:
     return {"role": "assistant", "content": content, **({"metadata": metadata} if metadata else {})}
