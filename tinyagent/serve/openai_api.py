@@ -124,7 +124,7 @@ def create_app(factory: AgentFactory, model: str, api_key: str | None = None, li
 
     limits = limits or Limits()
     created = int(time.time()) if created is None else created
-    state: dict[str, Admission] = {}
+    admission = Admission(limits.max_runs, limits.max_waiting)
 
     def error(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None,
               code: str | None = None, headers: dict | None = None) -> JSONResponse:
@@ -162,7 +162,7 @@ def create_app(factory: AgentFactory, model: str, api_key: str | None = None, li
             return denied
         try:
             ask = ask_of(await _json_body(request, limits.max_request_bytes), model, limits)
-            state["admission"].admit()
+            admission.admit()
         except BadRequest as e:
             return error(e.status, e.message, param=e.param, code=e.code)
         except Full as e:
@@ -175,9 +175,9 @@ def create_app(factory: AgentFactory, model: str, api_key: str | None = None, li
 
     async def _answer(request: Request, ask: Ask, ident: str):
         async with _watched(request) as client:
-            if not await state["admission"].enter(client.gone):
+            if not await admission.enter(client.gone):
                 return error(499, "the client went away")
-            run = client.run = state["admission"].start(factory, ask.conversation)
+            run = client.run = admission.start(factory, ask.conversation)
             reasoning = "".join([delta async for delta, _ in run.deltas()])
         answer, finish, failure = outcome_of(run)
         if failure is not None:
@@ -202,9 +202,9 @@ def create_app(factory: AgentFactory, model: str, api_key: str | None = None, li
 
         async with _watched(request) as client:
             yield chunk({"role": "assistant", "content": ""})
-            if not await state["admission"].enter(client.gone):
+            if not await admission.enter(client.gone):
                 return
-            run = client.run = state["admission"].start(factory, ask.conversation)
+            run = client.run = admission.start(factory, ask.conversation)
             async for delta, _ in run.deltas():
                 if delta:
                     yield chunk({"reasoning_content": delta})
@@ -225,11 +225,10 @@ def create_app(factory: AgentFactory, model: str, api_key: str | None = None, li
 
     @asynccontextmanager
     async def lifespan(app):
-        state["admission"] = Admission(limits.max_runs, limits.max_waiting)  # on the server's event loop
         try:
             yield
         finally:
-            state["admission"].stop_all()  # runs end after their step; their threads do not hold the exit
+            admission.stop_all()  # runs end after their step; their threads do not hold the exit
 
     routes = [Route("/health", health), Route("/v1/models", models), Route("/v1/models/{name:path}", one_model),
               Route("/v1/chat/completions", completions, methods=["POST"])]

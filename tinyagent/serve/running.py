@@ -132,7 +132,7 @@ class Full(Exception):
 
 class Admission:
     """At most `max_runs` runs at once; at most `max_waiting` more requests wait for a turn (in arrival
-    order), and further ones are refused (`admit` raises Full). Created on the event loop."""
+    order), and further ones are refused (`admit` raises Full). Used from one event loop."""
 
     def __init__(self, max_runs: int, max_waiting: int):
         self.max_runs, self.max_waiting = max_runs, max_waiting
