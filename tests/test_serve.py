@@ -5,8 +5,12 @@ mid-run, keys, limits and failures. The request checks with no run behind them g
 process (Starlette's test client)."""
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import sys
 import threading
+from pathlib import Path
 
 import openai
 import pytest
@@ -14,6 +18,7 @@ import requests
 from conftest import ScriptedModel
 from openai_stub import OpenAIStub, count_words
 from serving import Process, Served, environment
+from test_mcp import running
 
 from tinyagent import Agent
 from tinyagent.serve.conversation import BadRequest, conversation_of
@@ -300,3 +305,26 @@ def test_conversation_mapping_joins_turns_and_keeps_answers_without_a_question()
         conversation_of([{"role": "user", "content": "  "}])
     with pytest.raises(BadRequest, match="role must be"):
         conversation_of([{"role": "robot", "content": "hi"}])
+
+
+def children_of(pid: int) -> set[int]:
+    found = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            found |= {int(p) for p in (task / "children").read_text().split()}
+    return found
+
+
+def test_sigterm_stops_the_server_and_its_tools_mcp_servers():
+    clock = f"{sys.executable} -m mcp_server_time"
+    replies = ['Thought: ask the clock.\nAction: get_current_time\nAction Input: {"timezone": "UTC"}',
+               "Final Answer: now"]
+    with OpenAIStub(replies=replies) as stub, Served(*stub_args(stub, "--mcp", clock)) as server:
+        reply = client(server).chat.completions.create(model="tinyagent", messages=[{"role": "user", "content": "time?"}])
+        assert "Observation: {" in reply.choices[0].message.model_extra["reasoning_content"]
+        tools = children_of(server.proc.pid)
+        assert tools  # the MCP server the --mcp option started
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(30) == 130
+    assert not any(running(pid) for pid in tools)
+    assert server.lines[-1] == "tinyagent: interrupted\n"
