@@ -1,14 +1,18 @@
 """What `tinyagent serve` adds per request over a direct `Agent.run`, on the embedded model.
 
-    python bench/serve_overhead.py                 # 3 rounds of 4 questions, plain and streamed
-    python bench/serve_overhead.py --rounds 5 --json out.json
+    python bench/serve_overhead.py                 # 3 rounds of 4 questions on the embedded model
+    python bench/serve_overhead.py --rounds 2 --questions 2 --json out.json
+    python bench/serve_overhead.py --scripted --rounds 30   # an instant scripted model: the server's own cost
 
-One process, one model: the same questions are answered by a fresh Agent called directly, and through the
-server's app (served by uvicorn on 127.0.0.1 in a thread) with the official `openai` client, plain and
-streamed. The modes run side by side, question by question, their order turning each round, each run on a
-fresh KV cache (`reset_cache`), with greedy decoding, so each mode does the same model work; the answers
-are checked to be the same. Printed: each mode's median seconds per request, and the server's median
-ratio and median difference to the direct run of the same question in the same round.
+One process, one model: the same questions are answered by a fresh Agent called directly (`direct`), by one
+given no-op on_text / on_step callbacks as the server's agents are (`callbacks`: the model then streams), and
+through the server's app (served by uvicorn on 127.0.0.1 in a thread) with the official `openai` client, plain
+(`served`) and streamed (`streamed`). The modes run side by side, question by question, their order turning
+each round, each run on a fresh KV cache (`reset_cache`), with greedy decoding, so each mode does the same
+model work; the answers are checked to be the same. Printed: each mode's median seconds per request, and each
+mode's median ratio and median difference to the direct run of the same question in the same round.
+`--scripted` replaces the model by one that answers at once (a calculator call, then the answer, each reply
+streamed in 4-character pieces): what is left is the agent's and the server's own time.
 """
 from __future__ import annotations
 
@@ -25,7 +29,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 QUESTIONS = ["What is 17 * 23?", "Who wrote Hamlet?", "用计算器算 12 + 30 等于多少？", "What is the capital of France?"]
-MODES = ("direct", "served", "streamed")
+MODES = ("direct", "callbacks", "served", "streamed")
+SCRIPT = ('Thought: I should compute it with the calculator, step by step, to be sure of the result.\n'
+          'Action: calculator\nAction Input: {"expression": "17 * 23"}',
+          "Thought: The calculator gave the product, so I can answer now without another call.\n"
+          "Final Answer: 17 * 23 = 391")
+
+
+def scripted_model():
+    """A model that answers at once: a calculator call, then (after an observation) the answer, each streamed
+    to on_text in 4-character pieces, as a local backend streams tokens."""
+    from tinyagent.models.base import BaseModel
+
+    class Instant(BaseModel):
+        def generate(self, messages, stop=None, on_text=None, **kwargs):
+            reply = SCRIPT[1] if "Observation" in str(messages[-1].get("content")) else SCRIPT[0]
+            if on_text is not None:
+                for i in range(0, len(reply), 4):
+                    on_text(reply[i:i + 4])
+            return reply
+
+        def reset_cache(self) -> None:
+            pass
+
+    return Instant()
 
 
 def serve_in_thread(app):
@@ -45,6 +72,9 @@ def serve_in_thread(app):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--questions", type=int, default=len(QUESTIONS), help="the first N questions")
+    parser.add_argument("--scripted", action="store_true", help="an instant scripted model instead of the "
+                        "embedded one")
     parser.add_argument("--json", metavar="FILE", help="write the per-run seconds and the summary here")
     args = parser.parse_args()
 
@@ -53,9 +83,11 @@ def main() -> int:
     from tinyagent import config as configuration
     from tinyagent.serve.openai_api import create_app
 
-    cfg = configuration.load_config(None)  # the defaults: the embedded model, as `tinyagent serve` runs it
+    # the defaults: the embedded model, as `tinyagent serve` runs it
+    cfg = configuration.load_config(None, {"agent.tools": ["calculator"], "agent.constrained": False,
+                                           "agent.working_first": False} if args.scripted else None)
     tools = configuration.build_tools(cfg)
-    model = configuration.build_model(cfg)
+    model = scripted_model() if args.scripted else configuration.build_model(cfg)
 
     def factory(**callbacks):
         return configuration.build_agent(cfg, model, tools=tools, **callbacks)
@@ -66,6 +98,9 @@ def main() -> int:
     def direct(question: str) -> str:
         return factory().run(question).answer
 
+    def callbacks(question: str) -> str:
+        return factory(on_text=lambda text: None, on_step=lambda step: None).run(question).answer
+
     def served(question: str) -> str:
         reply = api.chat.completions.create(model="tinyagent", messages=[{"role": "user", "content": question}])
         return reply.choices[0].message.content
@@ -75,38 +110,42 @@ def main() -> int:
                                              stream=True)
         return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
 
-    runs = {"direct": direct, "served": served, "streamed": streamed}
+    runs = {"direct": direct, "callbacks": callbacks, "served": served, "streamed": streamed}
+    questions = QUESTIONS[:args.questions]
     seconds: dict[str, list[float]] = {m: [] for m in MODES}
     answers: dict[tuple, str] = {}
     for mode in MODES:  # warm-up: first calls pay one-time costs (imports, the first request's setup)
         model.reset_cache()
         runs[mode](QUESTIONS[0])
     for r in range(args.rounds):
-        for q, question in enumerate(QUESTIONS):
+        for q, question in enumerate(questions):
             order = MODES if (r + q) % 2 == 0 else tuple(reversed(MODES))
             for mode in order:
                 model.reset_cache()
                 started = time.perf_counter()
                 answers[(mode, r, q)] = runs[mode](question)
                 seconds[mode].append(time.perf_counter() - started)
+                if not args.scripted:
+                    print(f"round {r + 1} question {q + 1} {mode}: {seconds[mode][-1]:.2f} s", file=sys.stderr,
+                          flush=True)
     server.should_exit = True
     configuration.close_tools(tools)
 
     from tinyagent.secrets import redact
 
-    differing = sum(answers[("served", r, q)] != redact(answers[("direct", r, q)]) or
-                    answers[("streamed", r, q)] != redact(answers[("direct", r, q)])
-                    for r in range(args.rounds) for q in range(len(QUESTIONS)))
+    differing = sum(any(answers[(mode, r, q)] != redact(answers[("direct", r, q)]) for mode in MODES)
+                    for r in range(args.rounds) for q in range(len(questions)))
     summary = {"runs_per_mode": len(seconds["direct"]), "answers_differing": differing,
                "median_seconds": {m: statistics.median(v) for m, v in seconds.items()}}
-    for mode in ("served", "streamed"):
+    for mode in MODES[1:]:
         pairs = list(zip(seconds[mode], seconds["direct"]))
         summary[f"{mode}_over_direct_ratio"] = statistics.median(s / d for s, d in pairs)
         summary[f"{mode}_minus_direct_ms"] = statistics.median((s - d) * 1000 for s, d in pairs)
-    print(f"{len(QUESTIONS)} questions x {args.rounds} rounds per mode, embedded model, fresh cache per run")
+    model_name = "an instant scripted model" if args.scripted else "the embedded model"
+    print(f"{len(questions)} questions x {args.rounds} rounds per mode, {model_name}, fresh cache per run")
     for mode in MODES:
-        print(f"  {mode:9s} median {summary['median_seconds'][mode]:.3f} s per request")
-    for mode in ("served", "streamed"):
+        print(f"  {mode:9s} median {summary['median_seconds'][mode]:.4f} s per request")
+    for mode in MODES[1:]:
         print(f"  {mode:9s} / direct: median ratio {summary[f'{mode}_over_direct_ratio']:.3f}, "
               f"median difference {summary[f'{mode}_minus_direct_ms']:+.1f} ms")
     print(f"  answers differing from the direct run: {differing}")

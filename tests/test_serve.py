@@ -328,3 +328,30 @@ def test_sigterm_stops_the_server_and_its_tools_mcp_servers():
         assert server.proc.wait(30) == 130
     assert not any(running(pid) for pid in tools)
     assert server.lines[-1] == "tinyagent: interrupted\n"
+
+
+def test_connections_to_the_listening_socket_have_nagles_algorithm_off():
+    """asyncio sets TCP_NODELAY only on connections of a socket made with protocol IPPROTO_TCP; with Nagle on,
+    each response written in two pieces waited for the client's delayed ACK (44 ms a request, measured)."""
+    import asyncio
+    import socket
+
+    from tinyagent.serve.command import listen
+
+    async def accepted_nodelay() -> int:
+        found = asyncio.get_running_loop().create_future()
+
+        async def handle(reader, writer) -> None:
+            found.set_result(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(handle, sock=listen("127.0.0.1", 0))
+        port = server.sockets[0].getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            return await asyncio.wait_for(found, 30)
+        finally:
+            writer.close()
+            server.close()
+
+    assert asyncio.run(accepted_nodelay()) == 1

@@ -69,16 +69,22 @@ class AgentRun:
     """`conversation`'s question answered by `factory()`'s Agent in a thread of its own (start it with
     `start`). `deltas()` yields (shown text, None) as the model writes and (shown text, step) as each step
     ends, and ends when the run does; then `result` (or `error`, for a bug that escaped the run) is set.
-    `stop()` ends the run after its current step.
-    `on_end` is called from the worker thread when the run is over."""
+    `stop()` ends the run after its current step. `on_end` is called from the worker thread when the run
+    is over.
+
+    Text written while the event loop has not yet taken the last piece is joined to it: one wake-up of the
+    loop (and one chunk sent) per batch, not per token, however fast the model writes."""
 
     def __init__(self, factory: AgentFactory, conversation: Conversation, on_end: Callable[[], None] = lambda: None):
         self.loop = asyncio.get_running_loop()
         self.conversation, self.on_end = conversation, on_end
         self.reasoning = Reasoning()
-        self.queue: asyncio.Queue = asyncio.Queue()
         self.result: AgentResult | None = None
         self.error: BaseException | None = None
+        self._ready = asyncio.Event()  # set on the loop when `_pending` has something
+        self._pending: list = []       # (text, step) items and finally _DONE, taken by `deltas`
+        self._woken = False            # a wake-up of the loop is on its way
+        self._lock = threading.Lock()
         self.agent = factory(on_step=lambda step: self._put(self.reasoning.add_step(step), step),
                              on_text=lambda text: self._put(self.reasoning.add_text(text)))
         self._thread = threading.Thread(target=self._work, name="tinyagent-serve", daemon=True)
@@ -97,10 +103,14 @@ class AgentRun:
 
     async def deltas(self) -> AsyncIterator[tuple[str, Step | None]]:
         while True:
-            item = await self.queue.get()
-            if item is _DONE:
-                return
-            yield item
+            await self._ready.wait()
+            self._ready.clear()
+            with self._lock:
+                items, self._pending, self._woken = self._pending, [], False
+            for item in items:
+                if item is _DONE:
+                    return
+                yield item
 
     def _work(self) -> None:
         try:
@@ -111,17 +121,24 @@ class AgentRun:
             self.error = e
         finally:
             self._put(self.reasoning.finish())
-            try:
-                self.loop.call_soon_threadsafe(self.queue.put_nowait, _DONE)
-            except RuntimeError:  # the event loop is closed: the server has shut down
-                pass
+            self._put(_DONE)
             self.on_end()
 
-    def _put(self, text: str, step: Step | None = None) -> None:
+    def _put(self, text, step: Step | None = None) -> None:
+        """From the worker thread: `text` (and the step that ended, if any), or _DONE, for `deltas`."""
         if text == "" and step is None:
             return
+        with self._lock:
+            last = self._pending[-1] if self._pending else None
+            if text is not _DONE and step is None and last is not None and last is not _DONE and last[1] is None:
+                self._pending[-1] = (last[0] + text, None)
+            else:
+                self._pending.append(text if text is _DONE else (text, step))
+            if self._woken:
+                return
+            self._woken = True
         try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, (text, step))
+            self.loop.call_soon_threadsafe(self._ready.set)
         except RuntimeError:  # the event loop is closed: the server has shut down, nobody is listening
             pass
 
