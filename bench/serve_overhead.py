@@ -1,18 +1,20 @@
 """What `tinyagent serve` adds per request over a direct `Agent.run`, on the embedded model.
 
-    python bench/serve_overhead.py                 # 3 rounds of 4 questions on the embedded model
-    python bench/serve_overhead.py --rounds 2 --questions 2 --json out.json
-    python bench/serve_overhead.py --scripted --rounds 30   # an instant scripted model: the server's own cost
+    python bench/serve_overhead.py --rounds 2 --questions 2    # the embedded model (about 20 minutes on 2 cores)
+    python bench/serve_overhead.py --scripted --rounds 30     # an instant scripted model: the server's own cost
+    python bench/serve_overhead.py --modes served --json out.json
 
 One process, one model: the same questions are answered by a fresh Agent called directly (`direct`), by one
 given no-op on_text / on_step callbacks as the server's agents are (`callbacks`: the model then streams), and
 through the server's app (served by uvicorn on 127.0.0.1 in a thread) with the official `openai` client, plain
-(`served`) and streamed (`streamed`). The modes run side by side, question by question, their order turning
-each round, each run on a fresh KV cache (`reset_cache`), with greedy decoding, so each mode does the same
-model work; the answers are checked to be the same. Printed: each mode's median seconds per request, and each
-mode's median ratio and median difference to the direct run of the same question in the same round.
-`--scripted` replaces the model by one that answers at once (a calculator call, then the answer, each reply
-streamed in 4-character pieces): what is left is the agent's and the server's own time.
+(`served`) and streamed (`streamed`). The modes run side by side,
+question by question, their order turning each round, each run on a fresh KV cache (`reset_cache`), with
+greedy decoding, so each mode does the same model work; the answers are checked to be the same. Printed: each
+mode's median wall and CPU seconds per request (CPU: the whole process, all threads, the in-process client's
+too; unlike wall time, not changed by other programs on the machine), and each mode's median ratios and
+differences to the direct run of the same question in the same round. `--scripted` replaces the model by one
+that answers at once (a calculator call, then the answer, each reply streamed in 4-character pieces): what is
+left is the agent's and the server's own time.
 """
 from __future__ import annotations
 
@@ -73,6 +75,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--questions", type=int, default=len(QUESTIONS), help="the first N questions")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"a comma-separated subset of {','.join(MODES)} "
+                        "(direct is always run)")
     parser.add_argument("--scripted", action="store_true", help="an instant scripted model instead of the "
                         "embedded one")
     parser.add_argument("--json", metavar="FILE", help="write the per-run seconds and the summary here")
@@ -111,46 +115,51 @@ def main() -> int:
         return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
 
     runs = {"direct": direct, "callbacks": callbacks, "served": served, "streamed": streamed}
+    modes = ("direct", *(m for m in MODES[1:] if m in args.modes.split(",")))
     questions = QUESTIONS[:args.questions]
-    seconds: dict[str, list[float]] = {m: [] for m in MODES}
+    seconds: dict[str, list[float]] = {m: [] for m in modes}
+    cpu: dict[str, list[float]] = {m: [] for m in modes}
     answers: dict[tuple, str] = {}
-    for mode in MODES:  # warm-up: first calls pay one-time costs (imports, the first request's setup)
+    for mode in modes:  # warm-up: first calls pay one-time costs (imports, the first request's setup)
         model.reset_cache()
         runs[mode](QUESTIONS[0])
     for r in range(args.rounds):
         for q, question in enumerate(questions):
-            order = MODES if (r + q) % 2 == 0 else tuple(reversed(MODES))
+            order = modes if (r + q) % 2 == 0 else tuple(reversed(modes))
             for mode in order:
                 model.reset_cache()
-                started = time.perf_counter()
+                started, used = time.perf_counter(), time.process_time()
                 answers[(mode, r, q)] = runs[mode](question)
                 seconds[mode].append(time.perf_counter() - started)
+                cpu[mode].append(time.process_time() - used)
                 if not args.scripted:
-                    print(f"round {r + 1} question {q + 1} {mode}: {seconds[mode][-1]:.2f} s", file=sys.stderr,
-                          flush=True)
+                    print(f"round {r + 1} question {q + 1} {mode}: {seconds[mode][-1]:.2f} s, CPU "
+                          f"{cpu[mode][-1]:.2f} s", file=sys.stderr, flush=True)
     server.should_exit = True
     configuration.close_tools(tools)
 
     from tinyagent.secrets import redact
 
-    differing = sum(any(answers[(mode, r, q)] != redact(answers[("direct", r, q)]) for mode in MODES)
+    differing = sum(any(answers[(mode, r, q)] != redact(answers[("direct", r, q)]) for mode in modes)
                     for r in range(args.rounds) for q in range(len(questions)))
-    summary = {"runs_per_mode": len(seconds["direct"]), "answers_differing": differing,
-               "median_seconds": {m: statistics.median(v) for m, v in seconds.items()}}
-    for mode in MODES[1:]:
-        pairs = list(zip(seconds[mode], seconds["direct"]))
-        summary[f"{mode}_over_direct_ratio"] = statistics.median(s / d for s, d in pairs)
-        summary[f"{mode}_minus_direct_ms"] = statistics.median((s - d) * 1000 for s, d in pairs)
+    summary = {"runs_per_mode": len(seconds["direct"]), "answers_differing": differing, "modes": {}}
+    for mode in modes:
+        row = summary["modes"][mode] = {"wall_s": statistics.median(seconds[mode]),
+                                        "cpu_s": statistics.median(cpu[mode])}
+        for name, values in (("wall", seconds), ("cpu", cpu)):
+            pairs = list(zip(values[mode], values["direct"]))
+            row[f"{name}_ratio"] = statistics.median(s / d for s, d in pairs)
+            row[f"{name}_minus_direct_ms"] = statistics.median((s - d) * 1000 for s, d in pairs)
     model_name = "an instant scripted model" if args.scripted else "the embedded model"
-    print(f"{len(questions)} questions x {args.rounds} rounds per mode, {model_name}, fresh cache per run")
-    for mode in MODES:
-        print(f"  {mode:9s} median {summary['median_seconds'][mode]:.4f} s per request")
-    for mode in MODES[1:]:
-        print(f"  {mode:9s} / direct: median ratio {summary[f'{mode}_over_direct_ratio']:.3f}, "
-              f"median difference {summary[f'{mode}_minus_direct_ms']:+.1f} ms")
+    print(f"{len(questions)} questions x {args.rounds} rounds per mode, {model_name}, fresh cache per run; "
+          "medians, and per pair with the direct run")
+    print(f"  {'mode':10s} {'wall s':>9s} {'/ direct':>9s} {'+ ms':>9s} {'CPU s':>9s} {'/ direct':>9s} {'+ ms':>9s}")
+    for mode, row in summary["modes"].items():
+        print(f"  {mode:10s} {row['wall_s']:9.4f} {row['wall_ratio']:9.3f} {row['wall_minus_direct_ms']:+9.1f} "
+              f"{row['cpu_s']:9.4f} {row['cpu_ratio']:9.3f} {row['cpu_minus_direct_ms']:+9.1f}")
     print(f"  answers differing from the direct run: {differing}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"summary": summary, "seconds": seconds}, indent=1))
+        Path(args.json).write_text(json.dumps({"summary": summary, "wall": seconds, "cpu": cpu}, indent=1))
     return 0
 
 
