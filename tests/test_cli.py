@@ -283,7 +283,7 @@ def tinyagent(*args: str, stdin: str | None = None, env: dict | None = None, tim
 
 def test_help_and_version_exit_0():
     done = tinyagent("--help")
-    assert done.returncode == 0 and "{ask,chat,web,eval}" in done.stdout
+    assert done.returncode == 0 and "{ask,chat,web,serve,mcp-server,eval}" in done.stdout
     done = tinyagent("eval", "--help")  # the eval's own options, under this command's name
     assert done.returncode == 0 and done.stdout.startswith("usage: tinyagent eval") and "--baseline" in done.stdout
     done = tinyagent("ask", "--help")

@@ -117,6 +117,11 @@ def test_unknown_keys_name_the_key_and_the_file(tmp_path):
     ({"model.timeout": float("nan")}, ["model.timeout", "a finite number", "NaN"]),
     ({"model.timeout": float("inf")}, ["model.timeout", "a finite number", "Infinity"]),
     ({"generation.temperature": float("inf")}, ["generation.temperature", "a finite number"]),
+    ({"serve.max_runs": 0}, ["serve.max_runs", "at least 1"]),
+    ({"serve.max_request_bytes": 10}, ["serve.max_request_bytes", "at least 1024"]),
+    ({"serve.name": " "}, ["serve.name", "must not be empty"]),
+    ({"web.store": ""}, ["web.store", "true (the default file) or a file name"]),
+    ({"web.store": 1}, ["web.store", "true or false or a string"]),
 ])
 def test_bad_values_are_one_line_errors_naming_the_key(overrides, words):
     message = error_of(None, overrides)

@@ -20,8 +20,9 @@ LAYERS = {
     "tinyagent.engine": (2, "engine"), "tinyagent.models": (2, "models"), "tinyagent.tools": (2, "tools"),
     "tinyagent.agent": (3, "agent"),
     "tinyagent.runs": (4, "runs"), "tinyagent.config": (4, "runs"), "tinyagent.eval": (4, "runs"),
-    "tinyagent.tutorial": (4, "runs"),
-    "tinyagent.cli": (5, "faces"), "tinyagent.web": (5, "faces"), "tinyagent.__main__": (5, "faces"),
+    "tinyagent.tutorial": (4, "runs"), "tinyagent.store": (4, "runs"),
+    "tinyagent.cli": (5, "faces"), "tinyagent.web": (5, "faces"), "tinyagent.serve": (5, "faces"),
+    "tinyagent.__main__": (5, "faces"),
     # the public face sits above everything it names
     "tinyagent": (6, "face"),
 }

@@ -29,6 +29,7 @@ from tinyagent.web import page as web
 from tinyagent.web import reply as web_reply
 from tinyagent import redaction as secret_store
 from tinyagent.agent import Agent
+from tinyagent.store import SQLiteStore
 from tinyagent.tools.tool import tool
 
 # gradio's queue calls a pandas option that pandas 3 deprecates: not ours to fix
@@ -588,3 +589,41 @@ def test_the_answer_lists_the_sources_of_its_passages(start_page):
     assert text(chat[-1]).startswith("The base cannot sense the kettle.\n\nSources:\n- kettle-manual.pdf p. 3\n\n*[2 steps")
     chat, _ = visitor.ask("保修期多长？")
     assert text(chat[-1]).startswith("保修两年。\n\n出处：\n- zh/常见问题.md § 保修期多长？\n\n*[2 steps")
+
+
+# --- conversations kept in the conversation store (web.store) ------------------------------------------
+
+def test_with_a_store_a_conversation_comes_back_after_a_restart(start_page, tmp_path):
+    path = tmp_path / "c.sqlite3"
+    url = start_page(agents_of(Memory([])), store=SQLiteStore(path))
+    visitor = Visitor(url)
+    shown, _ = visitor.ask("my name is Ada")
+    restarted = start_page(agents_of(Memory([])), store=SQLiteStore(path))  # a new server, the same file
+    again = Visitor(restarted)
+    again.key = visitor.key  # the tab kept its conversation's id
+    chat, _ = again.ask("what is my name?")
+    assert again.key == visitor.key
+    assert chat[:len(shown)] == shown  # the turn before the restart, as it was shown
+    assert text(chat[-1]).startswith("heard my name is Ada | what is my name?")  # the agent has its history
+    stranger = Visitor(restarted)
+    chat, _ = stranger.ask("hello")
+    assert text(chat[-1]).startswith("heard hello") and "Ada" not in json.dumps(chat)
+    stranger.key = visitor.key
+    stranger.clear()  # Clear forgets it in the store too
+    assert SQLiteStore(path).load(visitor.key, owner=web.owner_of(None)) == []
+
+
+def test_with_a_login_the_page_opens_on_the_users_latest_conversation_and_no_one_elses(start_page, tmp_path):
+    path, login = tmp_path / "c.sqlite3", ("alice", "correct-horse-42")
+    alice = Visitor(start_page(agents_of(Memory([])), auth=login, store=SQLiteStore(path)), auth=login)
+    alice.ask("remember 7")
+    fresh = Visitor(start_page(agents_of(Memory([])), auth=login, store=SQLiteStore(path)), auth=login)
+    chat, fresh.key = fresh.client.predict(api_name="/restore")  # what a page that opens asks for
+    assert fresh.key == alice.key and text(chat[-1]).startswith("heard remember 7")
+    chat, _ = fresh.ask("and?")
+    assert text(chat[-1]).startswith("heard remember 7 | and?")
+    page = web.ChatPage(agents_of(Memory([])), store=SQLiteStore(path))  # bob, on the same store
+    assert page.latest("bob") == ([], "") and page.latest(None) == ([], "")
+    *_, (key, chat, label) = page.respond(alice.key, "what was it?", user="bob")
+    assert label is None and key != alice.key and "remember" not in json.dumps(chat)
+    assert page.latest("alice")[1] == alice.key

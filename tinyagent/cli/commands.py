@@ -24,6 +24,8 @@ from ..models.embedded import NOTICE as EMBEDDED_NOTICE
 from .options import add_model_options, add_web_options, config_from_args, loopback, web_login
 from .report import PROG, Reporter, answer, note
 from ..redaction import redact, register_url
+from ..serve import command as serving
+from ..store import SQLiteStore, StoreError, check_name
 from .terminal import TerminalApprover
 from ..text import escape_controls, one_line
 from ..traces import TraceWriter, dumps
@@ -102,7 +104,7 @@ def guarded(body: Callable[[], int], verbose: bool = False) -> int:
         return body()
     except configuration.ConfigError as e:
         code, message = EXIT_USAGE, one_line(e, with_type=False)
-    except (LoadError, RequestFailed) as e:
+    except (LoadError, RequestFailed, serving.ServeError, StoreError) as e:
         code, message = EXIT_RUNTIME, one_line(e, with_type=False)
     except KeyboardInterrupt:
         note("interrupted")
@@ -126,11 +128,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="A small bilingual ReAct agent for open-weight "
                                      "chat models.", epilog="Run `tinyagent ask -h` for the options.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{ask,chat,web,eval}")
+    sub = parser.add_subparsers(dest="command", metavar="{ask,chat,web,serve,mcp-server,eval}")
     for name, text in (("ask", "answer one question"), ("chat", "a multi-turn session (stdin may be piped)")):
         p = sub.add_parser(name, help=text, description=text)
         if name == "ask":
             p.add_argument("question", nargs="+", help="the question (quotes optional)")
+        else:
+            p.add_argument("--session", metavar="NAME", help="keep the conversation in the conversation store and "
+                           "go on with it next time (/sessions lists them, /forget deletes one)")
+            p.add_argument("--store", metavar="FILE", help="the conversation store (default: conversations.sqlite3 "
+                           "under $TINYAGENT_DATA, $XDG_DATA_HOME/tinyagent or ~/.local/share/tinyagent)")
         add_model_options(p)
         out = p.add_argument_group("output")
         out.add_argument("--no-stream", action="store_true", help="print each step when it ends")
@@ -140,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("web", help=text, description=text)
     add_model_options(p)
     add_web_options(p)
+    serving.add_parsers(sub)
     text = "score the agent on a JSONL suite beside the model alone; `eval compare DIR...` (python -m tinyagent.eval)"
     sub.add_parser("eval", help=text, description=text, add_help=False)  # its own parser reads the rest
     return parser
@@ -164,7 +172,10 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.command == "web":
         return web_page(args)
+    if args.command in ("serve", "mcp-server"):
+        return (serving.serve if args.command == "serve" else serving.mcp)(args, load_model)
     cfg = config_from_args(args)
+    session = open_session(args) if args.command == "chat" else None  # a bad store fails before the load
     tools = configuration.build_tools(cfg)
     trace, tracing = None, None
     try:
@@ -182,7 +193,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.command == "ask":
             result = answer(agent, reporter, " ".join(args.question), chat=False)
             return EXIT_RUNTIME if run_failed(result, args.verbose) else 0
-        return chat_loop(agent, reporter, interactive, args.verbose)
+        return chat_loop(agent, reporter, interactive, args.verbose, session)
     finally:
         configuration.close_tools(tools)
         if trace is not None:
@@ -194,6 +205,7 @@ def web_page(args: argparse.Namespace, model=None) -> int:
     """Load the model once, then serve the chat page until Ctrl-C; `model` replaces the configured one."""
     cfg = config_from_args(args)
     auth = web_login(cfg, args.auth)  # before a slow load: a missing password is a usage error
+    store = SQLiteStore(None if cfg.web.store is True else cfg.web.store) if cfg.web.store else None
     try:
         page.require_gradio()
     except ImportError as e:
@@ -212,7 +224,8 @@ def web_page(args: argparse.Namespace, model=None) -> int:
         if cfg.model.backend == "embedded":
             about += f"\n\n{EMBEDDED_NOTICE}"
         chat_page = page.ChatPage(new_agent, about, max_question_chars=w.max_question_chars,
-                                  max_sessions=w.max_sessions, session_ttl=w.session_ttl, max_runs=w.max_runs).build()
+                                  max_sessions=w.max_sessions, session_ttl=w.session_ttl, max_runs=w.max_runs,
+                                  store=store).build()
         if auth is None and (args.share or not loopback(args.host)):
             log.warning("the chat page is open to %s without a login: anyone there can use its model and tools. "
                         "Add --auth USER (password from %s)", "anyone with the public link" if args.share else
@@ -231,6 +244,19 @@ def web_page(args: argparse.Namespace, model=None) -> int:
 
 
 CHAT_HELP = "Commands: /history, /reset (forget the conversation), /exit (or Ctrl-D)."
+SESSION_HELP = " With --session: /sessions (list), /forget [NAME] (delete one)."
+
+
+def open_session(args: argparse.Namespace) -> tuple[SQLiteStore, str] | None:
+    """(store, name) for `chat --session NAME` (`--store FILE`), or None without --session."""
+    if args.session is None:
+        if args.store is not None:
+            raise configuration.ConfigError("--store: give the conversation's name with --session NAME")
+        return None
+    try:
+        return SQLiteStore(args.store), check_name(args.session)
+    except ValueError as e:
+        raise configuration.ConfigError(f"--session: {e}") from None
 
 
 def run_failed(result, verbose: bool = False) -> bool:
@@ -243,10 +269,16 @@ def run_failed(result, verbose: bool = False) -> bool:
     return True
 
 
-def chat_loop(agent, reporter: Reporter, interactive: bool, verbose: bool = False) -> int:
-    """Read questions line by line until EOF or /exit; the agent keeps the conversation."""
+def chat_loop(agent, reporter: Reporter, interactive: bool, verbose: bool = False,
+              session: tuple[SQLiteStore, str] | None = None) -> int:
+    """Read questions line by line until EOF or /exit; the agent keeps the conversation, and with a `session`
+    (store, name) the store does too: its earlier turns first, each turn written once answered."""
+    store, name = session or (None, None)
+    if store is not None:
+        agent.history = store.load(name)
+        note(f"conversation {name!r}: " + (f"{len(agent.history)} earlier turns" if agent.history else "new"))
     if interactive:
-        note(f"chat with {type(agent.model).__name__}. {CHAT_HELP}")
+        note(f"chat with {type(agent.model).__name__}. {CHAT_HELP}" + (SESSION_HELP if store else ""))
     while True:
         line = _read_line(interactive)
         if line is None:
@@ -255,18 +287,30 @@ def chat_loop(agent, reporter: Reporter, interactive: bool, verbose: bool = Fals
         if not line:
             continue
         if not line.startswith("/"):
-            run_failed(answer(agent, reporter, line), verbose)  # the conversation goes on
+            result = answer(agent, reporter, line)
+            if store is not None:
+                store.append(name, line, result)
+            run_failed(result, verbose)  # the conversation goes on
             continue
-        command = line.split()[0].lower()
+        command, _, rest = line.partition(" ")
+        command, rest = command.lower(), rest.strip()
         if command in ("/exit", "/quit"):
             return 0
-        if command == "/reset":
+        if command in ("/sessions", "/forget") and store is None:
+            note(f"{command} needs --session NAME (the conversation store)")
+        elif command == "/reset" or command == "/forget" and rest in ("", name):
             agent.reset()
-            note("history cleared")
+            if store is not None:
+                store.forget(name)
+            note("history cleared" + (f" (conversation {name!r} deleted)" if store is not None else ""))
+        elif command == "/forget":
+            note(f"conversation {rest!r} " + ("deleted" if store.forget(rest) else "does not exist"))
+        elif command == "/sessions":
+            _print_sessions(store, name)
         elif command == "/history":
             _print_history(agent.history, reporter.json_mode)
         elif command == "/help":
-            note(CHAT_HELP)
+            note(CHAT_HELP + (SESSION_HELP if store else ""))
         else:
             note(f"unknown command {command}. {CHAT_HELP}")
 
@@ -282,6 +326,16 @@ def _read_line(interactive: bool) -> str | None:
     except EOFError:
         print(file=sys.stderr)
         return None
+
+
+def _print_sessions(store: SQLiteStore, current: str) -> None:
+    """The stored conversations, newest first, the current one starred."""
+    listed = store.conversations()
+    for c in listed:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.updated))
+        print(f"{'*' if c.name == current else ' '} {redact(c.name)}  ({c.turns} turns, {when})", flush=True)
+    if not listed:
+        print("(no stored conversations)", flush=True)
 
 
 def _print_history(history: list, json_mode: bool) -> None:

@@ -62,6 +62,9 @@ def add_web_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--session-ttl", type=float, metavar="SECONDS", help="how long an idle one is kept (default 3600)")
     g.add_argument("--max-runs", type=int, metavar="N", help="questions answered at once; more wait in line "
                    "(default 4)")
+    g.add_argument("--store", dest="web_store", nargs="?", const=True, metavar="FILE", help="keep the "
+                   "conversations in the conversation store so they survive a restart (default file: under the "
+                   "user's data directory; web.store); with --auth each user's own")
 
 
 def config_from_args(args: argparse.Namespace) -> configuration.Config:
@@ -86,6 +89,9 @@ def config_from_args(args: argparse.Namespace) -> configuration.Config:
         overrides.update({"model.backend": "openai", "model.base_url": args.base_url})
     for name in ("max_question_chars", "max_sessions", "session_ttl", "max_runs"):  # only `web` has them
         overrides[f"web.{name}"] = getattr(args, name, None)
+    for name in ("name", "max_runs", "max_waiting", "max_question_chars", "max_request_bytes"):  # serve's
+        overrides[f"serve.{name}"] = getattr(args, f"serve_{name}", None)
+    overrides["web.store"] = getattr(args, "web_store", None)
     if getattr(args, "auth", None):
         overrides["web.auth_user"] = args.auth.partition(":")[0]
     if args.mcp:

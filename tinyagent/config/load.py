@@ -196,7 +196,7 @@ def _show(value) -> str:
 # --- checking values ---------------------------------------------------------------------------
 
 def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
-    m, g, a, w = cfg.model, cfg.generation, cfg.agent, cfg.web
+    m, g, a, w, v = cfg.model, cfg.generation, cfg.agent, cfg.web, cfg.serve
     choices = {"model.backend": (m.backend, BACKENDS), "model.dtype": (m.dtype, DTYPES),
                "model.runtime": (m.runtime, RUNTIMES),
                "model.scratchpad": (m.scratchpad, SCRATCHPAD_MODES), "agent.lang": (a.lang, LANGS),
@@ -219,7 +219,9 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
                 (g.no_repeat_ngram_size, 1), "generation.max_line_tokens": (g.max_line_tokens, 1),
                 "model.max_response_bytes": (m.max_response_bytes, 1024),
                 "web.max_question_chars": (w.max_question_chars, 1), "web.max_sessions": (w.max_sessions, 1),
-                "web.max_runs": (w.max_runs, 1)}
+                "web.max_runs": (w.max_runs, 1), "serve.max_runs": (v.max_runs, 1),
+                "serve.max_waiting": (v.max_waiting, 0), "serve.max_request_bytes": (v.max_request_bytes, 1024),
+                "serve.max_question_chars": (v.max_question_chars, 1)}
     for key, (value, least) in minimums.items():
         if value is not None and value < least:
             _fail(where, key, f"must be at least {least}, not {value}")
@@ -235,6 +237,11 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
         _fail(where, "agent.tools", f"a tool is listed twice: {a.tools}")
     if a.corpus is not None and not Path(a.corpus).expanduser().exists():
         _fail(where, "agent.corpus", f"no such folder or file: {a.corpus}")
+    for key, value in (("serve.name", v.name), ("serve.api_key_env", v.api_key_env)):
+        if value is not None and not value.strip():
+            _fail(where, key, "must not be empty")
+    if isinstance(w.store, str) and not w.store.strip():
+        _fail(where, "web.store", "true (the default file) or a file name, not an empty string")
     _check_mcp_servers(a.mcp_servers, where)
     if a.otel and not telemetry.available():  # checked now, not at the first run
         _fail(where, "agent.otel", telemetry.INSTALL_HINT)

@@ -1,7 +1,7 @@
-"""What a config is: four sections of typed settings, each with its default.
+"""What a config is: five sections of typed settings, each with its default.
 
 `model` (which backend and weights), `generation` (sampling settings), `agent` (language,
-turn cap, tools) and `web` (the chat page's login and limits). Every key has a default, so an
+turn cap, tools), `web` (the chat page's login and limits) and `serve` (the API's and MCP server's). Every key has a default, so an
 empty file (or no file) means the embedded SmolLM2 model.
 """
 from __future__ import annotations
@@ -112,10 +112,24 @@ class WebConfig:
     max_sessions: int = 100          # conversations kept; the least recently used idle one makes room
     session_ttl: float = 3600.0      # seconds an idle conversation is kept
     max_runs: int = 4                # questions answered at once; more wait in line, told their place
+    store: bool | str = False        # keep the conversations in the conversation store (true: the default
+                                     # file under the user's data directory; a string: that file)
+
+
+@dataclass
+class ServeConfig:
+    """`tinyagent serve` (the OpenAI-compatible API) and `tinyagent mcp-server` over HTTP."""
+
+    name: str | None = None          # the model name clients ask for (null: the config file's name, or tinyagent)
+    api_key_env: str = "TINYAGENT_API_KEY"  # the variable holding the key clients must send (--api-key wins)
+    max_runs: int = 4                # questions answered at once; more wait their turn
+    max_waiting: int = 16            # requests waiting for a turn; more are refused (HTTP 429)
+    max_request_bytes: int = 1_000_000  # the largest request body read (HTTP 413 beyond)
+    max_question_chars: int = 4000
 
 
 SECTIONS: dict[str, type] = {"model": ModelConfig, "generation": GenerationConfig, "agent": AgentConfig,
-                             "web": WebConfig}
+                             "web": WebConfig, "serve": ServeConfig}
 
 
 @dataclass
@@ -124,6 +138,7 @@ class Config:
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     web: WebConfig = field(default_factory=WebConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
     source: str | None = None        # the file it was read from
 
     def generation_kwargs(self) -> dict:

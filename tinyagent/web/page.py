@@ -24,8 +24,9 @@ from ..agent import Agent
 from ..agent.approval import give_asker
 from ..redaction import redact
 from .sessions import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL, SessionsFull, SessionStore
+from ..store import ConversationStore, StoreError
 from ..text import detect_lang, lang_for, one_line
-from .reply import LABELS, Messages, PageReply
+from .reply import LABELS, Messages, PageReply, replayed
 
 if TYPE_CHECKING:
     import gradio as gr
@@ -69,6 +70,8 @@ class Session:
         self.pending = approval.Pending(lambda kind, request: self.events.put((kind, request)))
         give_asker(self.agent.hooks, self.pending.ask)  # approvers with no one to ask: the page's card
         self.messages: Messages = []
+        self.owner = ""                  # whose conversation it is in the conversation store
+        self.keep: Callable | None = None  # keep(question, result): the turn into the conversation store
         self.running = threading.Lock()  # one run at a time per conversation
         self._state = threading.Lock()   # orders `stop` with the start and end of a run
         self._in_run = False
@@ -90,6 +93,7 @@ class Session:
         def work() -> None:
             try:
                 outcome["result"] = self.agent.chat(question)
+                self._kept(question, outcome["result"])
             except Exception as e:  # shown as a chat message; the page stays usable
                 log.warning("run failed: %s", one_line(e))
                 outcome["error"] = e
@@ -127,6 +131,15 @@ class Session:
             self.messages = before + reply.messages()
         yield self.messages
 
+    def _kept(self, question: str, result) -> None:
+        """The answered turn written to the conversation store, if there is one (a failure there is logged:
+        the answer is shown all the same)."""
+        if self.keep is not None:
+            try:
+                self.keep(question, result)
+            except StoreError as e:
+                log.warning("%s", e)
+
     @staticmethod
     def _apply(reply: PageReply, event: tuple[str, object]) -> bool:
         """Feed one event to `reply`; False once the run is over."""
@@ -141,33 +154,43 @@ class Session:
 
 
 class ChatPage:
-    """The sessions of one page, by the ids the server gave them, and what its buttons do to them."""
+    """The sessions of one page, by the ids the server gave them, and what its buttons do to them.
+
+    With a conversation `store`, each answered turn is written there under the session's id and the login
+    user (`owner_of`), and a conversation the server has forgotten (a restart, the TTL) comes back from it
+    when its id is sent again; a login user's page opens on their latest conversation (`latest`)."""
 
     def __init__(self, factory: AgentFactory, about: str = "", max_question_chars: int = DEFAULT_MAX_QUESTION_CHARS,
                  max_sessions: int = DEFAULT_MAX_SESSIONS, session_ttl: float = DEFAULT_SESSION_TTL,
-                 max_runs: int = DEFAULT_MAX_RUNS, clock: Callable[[], float] = time.monotonic):
-        self.factory, self.about = factory, about
+                 max_runs: int = DEFAULT_MAX_RUNS, clock: Callable[[], float] = time.monotonic,
+                 store: ConversationStore | None = None):
+        self.factory, self.about, self.store = factory, about, store
         self.max_question_chars, self.max_runs = max_question_chars, max_runs
         self.sessions: SessionStore[Session] = SessionStore(
             lambda: Session(factory), max_sessions, session_ttl, busy=lambda s: s.running.locked(),
             on_drop=lambda s: s.stop(), clock=clock)
 
-    def respond(self, key: str, question: str) -> Iterator[tuple[str, Messages | None, str | None]]:
+    def respond(self, key: str, question: str, user: str | None = None
+                ) -> Iterator[tuple[str, Messages | None, str | None]]:
         """(session id, the chat as it grows, None) while `question` runs; a label of LABELS instead of the
-        chat when it cannot run: "busy" (this session runs one), "too_long", "full" (no room for a session)."""
+        chat when it cannot run: "busy" (this session runs one), "too_long", "full" (no room for a session).
+        `user` is the login user, if any."""
         question = (question or "").strip()
         if len(question) > self.max_question_chars:
             yield key, None, "too_long"
             return
+        key = self._own(key, owner_of(user))
         if not question:
             session = self.sessions.find(key)
             yield key, session.messages if session is not None else [], None
             return
         try:
-            key, session, _ = self.sessions.get(key)
+            key, session, new = self.sessions.get(key)
         except SessionsFull:
             yield key, None, "full"
             return
+        if new:
+            self._attach(key, session, owner_of(user))
         if not session.running.acquire(blocking=False):
             yield key, None, "busy"
             return
@@ -177,6 +200,43 @@ class ChatPage:
         finally:
             session.running.release()
             self.sessions.touch(key)
+
+    def latest(self, user: str | None) -> tuple[Messages, str]:
+        """(chat, session id) of the login user's latest stored conversation, for a page that opens; nothing
+        without a login (anyone could open the page) or a store."""
+        if not user or self.store is None:
+            return [], ""
+        try:
+            listed = self.store.conversations(owner=owner_of(user))
+        except StoreError as e:
+            log.warning("%s", e)
+            return [], ""
+        key = self._own(listed[0].name, owner_of(user)) if listed else ""
+        session = self.sessions.find(key)
+        return (session.messages, key) if session is not None else ([], "")
+
+    def _own(self, key: str | None, owner: str) -> str:
+        """`key` when it names a conversation of `owner` (brought back from the store if the server forgot
+        it), else "" (a new one will be made)."""
+        session = self.sessions.find(key)
+        if session is None and key and self.store is not None:
+            try:
+                turns = self.store.turns(key, owner=owner)
+            except StoreError as e:
+                log.warning("%s", e)
+                turns = []
+            if turns:
+                session = Session(self.factory)
+                session.agent.history = [(t.question, t.answer) for t in turns]
+                session.messages = [m for t in turns for m in replayed(t.question, t.result())]
+                self._attach(key, session, owner)
+                self.sessions.adopt(key, session)
+        return key if session is not None and session.owner == owner else ""
+
+    def _attach(self, key: str, session: Session, owner: str) -> None:
+        session.owner = owner
+        if self.store is not None:
+            session.keep = lambda question, result: self.store.append(key, question, result, owner=owner)
 
     def warning(self, label: str, question: str) -> str:
         """What the page says when a question cannot run (`respond`'s label), in the question's language."""
@@ -209,19 +269,27 @@ class ChatPage:
             with session.running:
                 session.agent.reset()
                 session.messages = []
+                if self.store is not None:
+                    try:
+                        self.store.forget(key, owner=session.owner)
+                    except StoreError as e:
+                        log.warning("%s", e)
         return []
 
     def build(self) -> "gr.Blocks":
         """The page: header, chat, question box, Send / Stop / Clear, and the hidden session id."""
         gr = _gradio()
 
-        def respond(question: str, key: str):
-            for key, chat, label in self.respond(key, question):
+        def respond(question: str, key: str, request: gr.Request):
+            for key, chat, label in self.respond(key, question, request.username):
                 if label is not None:
                     gr.Warning(self.warning(label, question))
                     yield gr.skip(), question, key, *self.card(key)
                 else:
                     yield chat, "", key, *self.card(key)
+
+        def latest(request: gr.Request):
+            return self.latest(request.username)
 
         with gr.Blocks(title="TinyAgent", analytics_enabled=False) as page:
             gr.Markdown(f"## TinyAgent\n{redact(self.about)}", elem_id="about")
@@ -243,7 +311,15 @@ class ChatPage:
             halt.click(self.stop, [key], None, api_name="stop", concurrency_limit=None)
             wipe.click(self.clear, [key], [chat], api_name="clear", concurrency_limit=None)
             chat.clear(self.clear, [key], [chat], api_visibility="private", concurrency_limit=None)  # its bin icon
+            if self.store is not None:  # a login user's page opens on their latest conversation
+                page.load(latest, None, [chat, key], api_name="restore")
         return page
+
+
+def owner_of(user: str | None) -> str:
+    """The page's conversations in the store belong to "web:USER" with a login, "web" without: apart from
+    each other and from `tinyagent chat --session` (owner "")."""
+    return f"web:{user}" if user else "web"
 
 
 def serve(page: "gr.Blocks", host: str = "127.0.0.1", port: int = 7860, share: bool = False,

@@ -118,5 +118,15 @@ def _plain(text: str) -> str:
     return re.sub(r"([\\`*_{}\[\]<>()#+!|~])", r"\\\1", text)
 
 
+def replayed(question: str, result: AgentResult) -> Messages:
+    """A finished turn as the chat showed it: the question, a block per step, the answer (a conversation
+    brought back from the conversation store)."""
+    reply = PageReply(result.lang if result.lang in LABELS else "en")
+    for step in result.steps:
+        reply.on_step(step)
+    reply.finish(result)
+    return [{"role": "user", "content": redact(question)}, *reply.messages()]
+
+
 def message(content: str, metadata: dict | None = None) -> dict:
     return {"role": "assistant", "content": content, **({"metadata": metadata} if metadata else {})}

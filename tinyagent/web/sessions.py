@@ -55,6 +55,16 @@ class SessionStore(Generic[T]):
             self._touch(key, session, now)
             return key, session, True
 
+    def adopt(self, key: str, session: T) -> None:
+        """Keep `session` under `key`, an id this store made before (a conversation brought back from a
+        conversation store after a restart), making room as `get` does."""
+        with self._lock:
+            now = self.clock()
+            self._evict_idle(now)
+            if key not in self._sessions and len(self._sessions) >= self.max_sessions:
+                self._make_room()
+            self._touch(key, session, now)
+
     def find(self, key: str | None) -> T | None:
         """The session of `key`, or None; never makes one."""
         with self._lock:
