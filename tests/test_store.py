@@ -206,3 +206,21 @@ def test_a_writer_killed_mid_write_loses_only_its_turn(tmp_path):
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     store.append("c", "q2", "a2")  # the killed writer's lock went with it
     assert store.load("c")[-1] == ("q2", "a2")
+
+
+def test_an_agents_memory_survives_a_new_agent_and_reset_forgets_it(tmp_path, scripted):
+    from tinyagent import Agent, ReAct
+
+    store = SQLiteStore(tmp_path / "c.sqlite3")
+    first = scripted(["Final Answer: 1979"])
+    Agent(first, [], ReAct(working_first=False), memory=store.conversation("trip")).chat("When was Jay Chou born?")
+    later = scripted(["Final Answer: Jay"])
+    agent = Agent(later, [], ReAct(working_first=False), memory=store.conversation("trip"))  # a new process's
+    assert agent.history == [("When was Jay Chou born?", "1979")]
+    agent.chat("And his first album?")
+    assert later.calls[0]["messages"][1:3] == [{"role": "user", "content": "When was Jay Chou born?"},
+                                               {"role": "assistant", "content": "1979"}]
+    assert store.load("trip") == [("When was Jay Chou born?", "1979"), ("And his first album?", "Jay")]
+    assert store.load("other") == []  # another conversation of the same store is apart
+    agent.reset()
+    assert store.load("trip") == [] and agent.history == []

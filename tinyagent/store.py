@@ -114,6 +114,25 @@ class ConversationStore(Protocol):
         """Delete a conversation; False when there was none."""
 
 
+@dataclass(frozen=True)
+class Memory:
+    """One named conversation of a store, as an agent keeps it (`Agent(memory=store.conversation("trip"))`):
+    its turns are the agent's history when it starts, each `chat` adds one, `reset` forgets them."""
+
+    store: ConversationStore
+    name: str
+    owner: str = ""
+
+    def load(self) -> list[tuple[str, str]]:
+        return self.store.load(self.name, self.owner)
+
+    def append(self, question: str, result: AgentResult | str) -> None:
+        self.store.append(self.name, question, result, self.owner)
+
+    def forget(self) -> None:
+        self.store.forget(self.name, self.owner)
+
+
 def data_dir() -> Path:
     """Where tinyagent keeps user data: $TINYAGENT_DATA, else $XDG_DATA_HOME/tinyagent, else
     ~/.local/share/tinyagent."""
@@ -148,6 +167,10 @@ class SQLiteStore:
             pass
 
     # --- the interface --------------------------------------------------------------------------
+
+    def conversation(self, name: str, owner: str = "") -> Memory:
+        """The conversation `name` as an agent's memory."""
+        return Memory(self, check_name(name), owner)
 
     def load(self, name: str, owner: str = "") -> list[tuple[str, str]]:
         with self._connection() as db:

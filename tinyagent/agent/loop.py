@@ -50,7 +50,9 @@ class Agent:
     `approve` (a callable or an `Approver`) is asked before tool calls run (approval.py); `hooks` run
     around each run, model call and tool call (hooks.py), after the approver. Other keywords are the
     model's generation settings (max_new_tokens, temperature, ...).
-    One `Agent` keeps one conversation (`chat`); use one instance per thread.
+    One `Agent` keeps one conversation (`chat`); use one instance per thread. With `memory` (any object with
+    `load()`, `append(question, result)` and `forget()`, such as `tinyagent.store.SQLiteStore().conversation(
+    "trip")`) that conversation survives a restart: its turns are the history at the start, each chat adds one.
     """
 
     def __init__(
@@ -68,6 +70,7 @@ class Agent:
         on_text: Callable[[str], None] | None = None,
         approve: Approver | Ask | None = None,
         hooks: list[Hooks] | None = None,
+        memory=None,
         **generate_kwargs,
     ):
         if lang not in ("auto", "en", "zh"):
@@ -90,7 +93,8 @@ class Agent:
         self.on_step, self.on_text = on_step, on_text
         self.hooks: list[Hooks] = ([as_approver(approve)] if approve is not None else []) + list(hooks or [])
         self.generate_kwargs = generate_kwargs
-        self.history: list[tuple[str, str]] = []
+        self.memory = memory
+        self.history: list[tuple[str, str]] = list(memory.load()) if memory is not None else []
         self._stop = threading.Event()
 
     def stop(self) -> None:
@@ -114,13 +118,19 @@ class Agent:
         return self.protocol.system_prompt(list(self.tools.values()), lang, self.prompts)
 
     def chat(self, question: str) -> AgentResult:
-        """Answer `question` with the earlier turns of this conversation in context."""
+        """Answer `question` with the earlier turns of this conversation in context (and keep the turn in
+        `memory`, when there is one)."""
         result = self.run(question, history=self.history)
         self.history.append((question, result.answer))
+        if self.memory is not None:
+            self.memory.append(question, result)
         return result
 
     def reset(self) -> None:
+        """Forget the conversation (in `memory` too)."""
         self.history = []
+        if self.memory is not None:
+            self.memory.forget()
 
     # --- the loop -------------------------------------------------------------------------
 
