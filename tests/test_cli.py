@@ -366,3 +366,17 @@ def test_a_local_model_folder_loads_and_answers_through_the_hf_backend(tiny_llam
     assert 1 <= len(result["steps"]) <= 2 and result["prompt_tokens"] > 50
     assert 0 < result["completion_tokens"] <= 12  # at most 6 per model call, at most 2 calls
     assert f"Loading model {tiny_llama_dir} with backend hf on device cpu ..." in err and "Model ready in" in err
+
+
+def test_ask_with_an_answer_schema_prints_its_data_as_json(use_model, capsys, tmp_path):
+    schema = tmp_path / "year.json"
+    schema.write_text('{"type": "object", "properties": {"year": {"type": "integer"}}, "required": ["year"]}')
+    use_model(StreamingModel(['Thought: I know.\nFinal Answer: {"year": 1979}']))
+    code, out, _ = run_cli(capsys, "ask", "--tools", "calculator", "--json", "--answer-schema", str(schema), "When?")
+    assert code == 0 and json.loads(out)["data"] == {"year": 1979}
+    schema.write_text('{"type": "integr"}')
+    code, out, err = run_cli(capsys, "ask", "--answer-schema", str(schema), "When?")
+    assert code == 2 and err.strip().startswith(f"tinyagent: error: --answer-schema {schema}: answer_schema is not")
+    assert "\n" not in err.strip()
+    code, _, err = run_cli(capsys, "ask", "--answer-schema", str(tmp_path / "none.json"), "When?")
+    assert code == 2 and err.strip() == f"tinyagent: error: --answer-schema {tmp_path / 'none.json'}: no such file"

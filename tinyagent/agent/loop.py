@@ -24,6 +24,7 @@ from ..text import lang_for
 from ..tools.tool import Tool
 from ..tools.tool import tool as make_tool
 from . import context, shaping, tool_calls
+from .answer_schema import AnswerError, AnswerSchema
 from .approval import Approver, Ask, as_approver
 from .hooks import HookFailed, Hooks, around
 from .protocols import PROTOCOLS, BaseProtocol, ProtocolName
@@ -134,9 +135,12 @@ class Agent:
 
     # --- the loop -------------------------------------------------------------------------
 
-    def run(self, question: str, history: list | None = None) -> AgentResult:
+    def run(self, question: str, history: list | None = None, answer_schema=None) -> AgentResult:
         """Answer one question: step until a final answer or `max_turns`, then force one.
 
+        With `answer_schema` (a JSON Schema as a dict, or a pydantic model class) the final answer is JSON that
+        fits it, as `result.data` (`answer_schema.py`): the question says so, an answer that does not fit is
+        sent back once with what is wrong, and constrained decoding decodes within it.
         A model that raises ends the run with the steps so far (stop_reason "model_error"), and so
         does a hook ("hook_error"); KeyboardInterrupt still interrupts.
         """
@@ -144,7 +148,10 @@ class Agent:
         lang = lang_for(self.lang, question)
         run = self._state(question, lang)
         result = run.result
-        run.messages = self.protocol.conversation(question, history, lang, self.system_prompt_for(lang), self.prompts)
+        run.answer_schema = AnswerSchema.of(answer_schema)
+        asked = question if run.answer_schema is None else (
+            question + "\n\n" + self.prompts.fill("common.answer_format", lang, schema=run.answer_schema.text))
+        run.messages = self.protocol.conversation(asked, history, lang, self.system_prompt_for(lang), self.prompts)
         try:
             with around(self.hooks, "run", run.view):
                 _end(result, self._reason(run), started)
@@ -180,6 +187,8 @@ class Agent:
                 if asked and step.final_answer is not None:
                     step.kind = StepKind.ANSWER_ASKED
                 check = protocol.sent_back(run, step, turn, self.max_turns) if step.final_answer is not None else None
+                if check is None and step.final_answer is not None and run.answer_schema is not None:
+                    check = _fitted(run, step, turn + 1 < self.max_turns)
                 if check is not None:
                     step.kind, step.final_answer, step.observation = StepKind.RECHECK, None, check
                 run.record(step)
@@ -192,10 +201,12 @@ class Agent:
             return StopReason.STOPPED
         generation = run.generate(suffix=protocol.forced_suffix(run.lang, self.prompts), purpose="forced_answer")
         answer = protocol.forced_answer(generation.text, run.lang)
-        run.record(generation.into(Step(
-            index=len(result.steps), text=generation.text.rstrip(), final_answer=answer or None,
-            kind=StepKind.FORCED_ANSWER if answer else StepKind.NO_FORCED_ANSWER,
-            error=None if answer else "no final answer at the turn cap")))
+        step = generation.into(Step(index=len(result.steps), text=generation.text.rstrip(), final_answer=answer or None,
+                                    kind=StepKind.FORCED_ANSWER if answer else StepKind.NO_FORCED_ANSWER,
+                                    error=None if answer else "no final answer at the turn cap"))
+        if answer and run.answer_schema is not None:
+            _fitted(run, step, may_send_back=False)
+        run.record(step)
         result.answer = answer
         return StopReason.MAX_TURNS if answer else StopReason.NO_FORCED_ANSWER
 
@@ -286,6 +297,20 @@ def auto_protocol(model: BaseModel) -> str:
     steps, than its own format); the model's own format behind a server that parses calls itself
     (`tool_call_turns`: vLLM, LMDeploy, llama.cpp, Ollama, `transformers serve`), which was not measured here."""
     return ProtocolName.TOOLS if getattr(model, "tool_call_turns", False) else ProtocolName.REACT
+
+
+def _fitted(run: RunState, step: Step, may_send_back: bool) -> str | None:
+    """A final answer read into the run's answer schema (`result.data`); the observation that sends it back
+    once when it does not fit (and a turn is left), else None (the error then noted on the step)."""
+    try:
+        run.result.data = run.answer_schema.read(step.final_answer)
+        return None
+    except AnswerError as e:
+        if may_send_back and not run.memo.get("schema_sent_back"):
+            run.memo["schema_sent_back"] = True
+            return run.prompts.fill("common.answer_schema", run.lang, schema=run.answer_schema.text, error=str(e))
+        step.error = f"the answer does not fit the answer schema: {e}"
+        return None
 
 
 def _end(result: AgentResult, reason: StopReason, started: float) -> None:

@@ -105,10 +105,11 @@ class ReAct(BaseProtocol):
     def prompt(self, messages: list[Message], steps, suffix: str = "") -> list[Message]:
         return prompt_messages(messages, steps, suffix)
 
-    def options(self, tools, steps, forced: bool, constrained: bool, lang: str = "en") -> dict:
+    def options(self, tools, steps, forced: bool, constrained: bool, lang: str = "en",
+                answer_schema: str | None = None) -> dict:
         options: dict = {"stop": list(STOP_WORDS)}
         if constrained:
-            options["constraint"] = next_step_format(tools, steps, forced=forced)
+            options["constraint"] = next_step_format(tools, steps, forced=forced, answer_schema=answer_schema)
         return options
 
     def reply(self, reply: Reply) -> Reply:

@@ -79,6 +79,8 @@ class AgentResult:
     error: str | None = None        # for model_error / hook_error / context_overflow: what went wrong (redacted)
     lang: str = "en"
     protocol: str = "react"         # how the model called tools: "react" text or its own "tools" format
+    data: object = None             # with an answer_schema: the answer as data that fits it (a dict, a list, a
+                                    # pydantic model's instance); None when it did not fit
     generate_calls: int = 0
     prompt_tokens: int | None = None
     completion_tokens: int | None = None

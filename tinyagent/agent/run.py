@@ -20,6 +20,7 @@ from ..models.model import BaseModel, Reply
 from ..text import one_line
 from ..tools.tool import Tool
 from . import context, shaping, tool_calls
+from .answer_schema import AnswerSchema
 from .hooks import Hooks, ModelCall, Run, ToolCall, around, guarded, notify
 from .results import AgentResult, Generation, Step
 from .shaping import Observations
@@ -55,6 +56,7 @@ class RunState:
     on_step: object = None          # Callable[[Step], None] | None
     on_text: object = None          # Callable[[str], None] | None
     messages: list[Message] = field(default_factory=list)
+    answer_schema: AnswerSchema | None = None  # what the final answer must fit (`Agent.run(answer_schema=...)`)
     memo: dict = field(default_factory=dict)  # what a protocol keeps between the calls of one run
     view: Run | None = None         # the run as hooks see it
 
@@ -86,7 +88,8 @@ class RunState:
         protocol, tools, pad = self.protocol, list(self.tools.values()), lead + suffix
         kwargs = dict(self.generate_kwargs)
         kwargs.update(protocol.options(tools, self.result.steps, forced=bool(suffix),
-                                       constrained=protocol.constrained and not free, lang=self.lang))
+                                       constrained=protocol.constrained and not free, lang=self.lang,
+                                       answer_schema=self.answer_schema.text if self.answer_schema else None))
         notes = context.fit_prompt(self.messages, self.result.steps, pad, self.model, kwargs, self.lang,
                                    render=protocol.prompt)
         if self.on_text is not None:

@@ -84,7 +84,9 @@ class Tools(BaseProtocol):
         return tool_turn_messages(messages, steps, suffix, result_role="tool" if self.native else None,
                                   wrap=lambda text: result_text(self.fmt, text), call_turns=self.call_turns)
 
-    def options(self, tools, steps, forced: bool, constrained: bool, lang: str = "en") -> dict:
+    def options(self, tools, steps, forced: bool, constrained: bool, lang: str = "en",
+                answer_schema: str | None = None) -> dict:
+        """The call's stop strings, tools and format (an `answer_schema` is checked after, not decoded within)."""
         options: dict = {"stop": [] if self.call_turns else list(TOOL_STOPS.get(self.fmt.name, []))}
         if self.native and tools:
             options["tools"] = [tool_schema(t, lang) for t in tools]

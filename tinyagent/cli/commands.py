@@ -7,6 +7,7 @@ Steps stream to stdout as the model writes them; status lines and errors go to s
 from __future__ import annotations
 
 import argparse
+import json
 import contextlib
 import logging
 import os
@@ -17,6 +18,7 @@ from collections.abc import Callable
 
 from .. import config as configuration
 from ..web import page
+from ..agent.answer_schema import AnswerSchema
 from ..agent.approval import give_asker
 from ..eval import command as evaluation
 from ..jsonhttp import RequestFailed
@@ -133,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text, description=text)
         if name == "ask":
             p.add_argument("question", nargs="+", help="the question (quotes optional)")
+            p.add_argument("--answer-schema", metavar="FILE.json", help="a JSON Schema the final answer must fit: "
+                           "asked for, sent back once when it does not fit, decoded within it when constrained; "
+                           "--json carries it as \"data\"")
         else:
             p.add_argument("--session", metavar="NAME", help="keep the conversation in the conversation store and "
                            "go on with it next time (/sessions lists them, /forget deletes one)")
@@ -176,6 +181,7 @@ def _run(args: argparse.Namespace) -> int:
         return (serving.serve if args.command == "serve" else serving.mcp)(args, load_model)
     cfg = config_from_args(args)
     session = open_session(args) if args.command == "chat" else None  # a bad store fails before the load
+    schema = answer_schema_of(args.answer_schema) if getattr(args, "answer_schema", None) else None
     tools = configuration.build_tools(cfg)
     trace, tracing = None, None
     try:
@@ -191,7 +197,7 @@ def _run(args: argparse.Namespace) -> int:
         agent = configuration.build_agent(cfg, model, tools=tools, **reporter.callbacks())
         give_asker(agent.hooks, TerminalApprover(before=reporter.pause))
         if args.command == "ask":
-            result = answer(agent, reporter, " ".join(args.question), chat=False)
+            result = answer(agent, reporter, " ".join(args.question), chat=False, answer_schema=schema)
             return EXIT_RUNTIME if run_failed(result, args.verbose) else 0
         return chat_loop(agent, reporter, interactive, args.verbose, session)
     finally:
@@ -199,6 +205,17 @@ def _run(args: argparse.Namespace) -> int:
         if trace is not None:
             trace.close()
         configuration.stop_tracing(tracing)  # exports the spans still queued, for a few seconds at most
+
+
+def answer_schema_of(path: str) -> AnswerSchema:
+    """The JSON Schema in the file `--answer-schema` names; a file that is not one is a one-line ConfigError."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return AnswerSchema.of(json.load(f))
+    except FileNotFoundError:
+        raise configuration.ConfigError(f"--answer-schema {path}: no such file") from None
+    except (OSError, UnicodeDecodeError, ValueError, TypeError) as e:
+        raise configuration.ConfigError(f"--answer-schema {path}: {one_line(e, with_type=False)}") from None
 
 
 def web_page(args: argparse.Namespace, model=None) -> int:

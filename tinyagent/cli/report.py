@@ -182,12 +182,12 @@ class Reporter:
         self._out(("\n" if self._line_open else "") + f"{'-' * 40}\nInterrupted after {_steps(len(self.steps))}.\n")
 
 
-def answer(agent, reporter: Reporter, question: str, chat: bool = True):
+def answer(agent, reporter: Reporter, question: str, chat: bool = True, answer_schema=None):
     """Run one question through `agent` (keeping its history when `chat`), reporting as it goes."""
     lang = lang_for(agent.lang, question)
     reporter.begin(question, lang, agent.max_turns)
     try:
-        result = agent.chat(question) if chat else agent.run(question)
+        result = agent.chat(question) if chat else agent.run(question, answer_schema=answer_schema)
     except KeyboardInterrupt:
         reporter.interrupted()
         raise
