@@ -199,6 +199,8 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
     if a.corpus is not None and not Path(a.corpus).expanduser().is_file():
         _fail(where, "agent.corpus", f"no such file: {a.corpus}")
     _check_mcp_servers(a.mcp_servers, where)
+    if a.search_tool is not None and not a.search_tool.strip():
+        _fail(where, "agent.search_tool", "must name a tool (or be null: the first of local_search, google_search)")
     if a.otel and not telemetry.available():  # checked now, not at the first run
         _fail(where, "agent.otel", telemetry.INSTALL_HINT)
     _check_backend(m, where)

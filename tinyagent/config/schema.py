@@ -60,7 +60,7 @@ class GenerationConfig:
 
 #: AgentConfig fields that choose tools, and those that choose hooks (approval, tracing); every other
 #: field is passed to `Agent(...)` as is.
-TOOL_FIELDS = ("tools", "corpus", "mcp_servers")
+TOOL_FIELDS = ("tools", "corpus", "mcp_servers", "search_tool")
 HOOK_FIELDS = ("approve", "approve_mcp", "otel")
 APPROVALS = ("ask", "always", "never")
 
@@ -72,6 +72,8 @@ class AgentConfig:
     tools: list[str] = field(default_factory=lambda: list(TOOL_NAMES))
     corpus: str | None = None        # JSONL file for local_search
     mcp_servers: list[dict] = field(default_factory=list)  # [{command, args, env, timeout, tools}]
+    search_tool: str | None = None       # the tool the eval's retrieve-then-answer baseline searches with (an MCP
+                                         # tool's name, say); null: the first of local_search, google_search
     max_observation_chars: int | None = 4000
     llm_fallback: bool = False           # offer the model itself as a tool when no tool fits
     distill_observations: bool = False   # have the model shorten long observations
