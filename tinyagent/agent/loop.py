@@ -31,10 +31,10 @@ from .protocols import PROTOCOLS, BaseProtocol, ProtocolName
 from .react import ReAct
 from .results import AgentResult, Generation, Step, StopReason
 from .run import ModelFailed, RunState
+from .tool_calls import DEFAULT_TOOL_TIMEOUT
 from .tools_protocol import Tools
 
 STUCK_REPEATS = 2  # repeated calls in a row after which the turn cap's answer is asked at once
-DEFAULT_TOOL_TIMEOUT = 120.0
 
 log = logging.getLogger(__package__)  # "tinyagent.agent", for the whole loop
 

@@ -22,6 +22,8 @@ from .results import Step
 
 log = logging.getLogger(__package__)  # "tinyagent.agent", for the whole loop
 
+DEFAULT_TOOL_TIMEOUT = 120.0  # seconds a tool call may take (`Agent(tool_timeout=)`)
+
 
 def resolve(step: Step, tools: dict[str, Tool]) -> Tool:
     """The tool of a step the reply reader resolved (`read_step` names tools by name_for_model)."""

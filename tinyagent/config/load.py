@@ -243,6 +243,8 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
     if isinstance(w.store, str) and not w.store.strip():
         _fail(where, "web.store", "true (the default file) or a file name, not an empty string")
     _check_mcp_servers(a.mcp_servers, where)
+    if a.search_tool is not None and not a.search_tool.strip():
+        _fail(where, "agent.search_tool", "must name a tool (or be null: the first of local_search, google_search)")
     if a.otel and not telemetry.available():  # checked now, not at the first run
         _fail(where, "agent.otel", telemetry.INSTALL_HINT)
     _check_backend(m, where)

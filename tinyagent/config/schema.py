@@ -60,7 +60,7 @@ class GenerationConfig:
 
 #: AgentConfig fields that choose tools, that choose hooks (approval, tracing), and that are the protocol's own
 #: settings (`tinyagent.ReAct`, `tinyagent.Tools`); every other field is passed to `Agent(...)` as is.
-TOOL_FIELDS = ("tools", "corpus", "mcp_servers", "llm_fallback")
+TOOL_FIELDS = ("tools", "corpus", "mcp_servers", "llm_fallback", "search_tool")
 HOOK_FIELDS = ("approve", "approve_mcp", "otel")
 OBSERVATION_FIELDS = ("max_observation_chars", "distill_observations")
 PROTOCOL_FIELDS = ("constrained", "examples", "recheck", "ask_answer", "thought_first", "working_first",
@@ -75,6 +75,8 @@ class AgentConfig:
     tools: list[str] = field(default_factory=lambda: list(TOOL_NAMES))
     corpus: str | None = None        # local_search's documents: a folder (Markdown, text, HTML, PDF) or a JSONL file
     mcp_servers: list[dict] = field(default_factory=list)  # [{command, args, env, timeout, tools}]
+    search_tool: str | None = None       # the tool the eval's retrieve-then-answer baseline searches with (an MCP
+                                         # tool's name, say); null: the first of local_search, google_search
     max_observation_chars: int | None = 4000
     llm_fallback: bool = False           # offer the model itself as a tool when no tool fits
     distill_observations: bool = False   # have the model shorten long observations

@@ -17,11 +17,11 @@ from pathlib import Path
 
 from . import charts
 from .harness import disagreements
-from .provenance import AGENT_SETTINGS, COMPARED
-from .table import AGENT, DIRECT, MODES, format_disagreements, side_by_side
+from .provenance import compared
+from .table import AGENT, DIRECT, MODES, RAG, format_disagreements, side_by_side
 
 READS = (1, 2)  # the summary.json formats this version reads
-FILES = {AGENT: "results.jsonl", DIRECT: "direct.jsonl"}
+FILES = {AGENT: "results.jsonl", DIRECT: "direct.jsonl", RAG: "rag.jsonl"}
 SHOWN_FLIPS = 30  # questions listed on the terminal (the HTML page has all)
 
 
@@ -144,13 +144,14 @@ def columns_of(runs: list[Results]) -> list[tuple[str, Results, str]]:
 
 def differences(run: Results, first: Results, mode: str = AGENT) -> str:
     """What `run` was made with that `first` was not (the first folder is the reference), in a few words; for a
-    direct column, the agent's own settings (tools, turn cap, constrained decoding) do not count."""
+    direct or rag column, the agent's own settings (tools, turn cap, constrained decoding) do not count, and
+    rag's search tool counts only for a rag column."""
     if run.summary["format_version"] < max(READS):
         return "not recorded (older format)"
     if run is first:
         return "reference"
     mine, theirs = run.run, first.run
-    keys = [k for k in COMPARED if mode == AGENT or k not in AGENT_SETTINGS]
+    keys = compared(mode)
     changed = [f"{key}={_short(mine.get(key))}" for key in keys if key in mine and mine.get(key) != theirs.get(key)]
     if mine.get("suite_sha256") != theirs.get("suite_sha256"):
         changed.insert(0, "OTHER SUITE")

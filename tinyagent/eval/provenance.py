@@ -30,10 +30,18 @@ GIT_TIMEOUT = 5.0  # seconds for `git rev-parse`, which should take milliseconds
 #: The settings whose difference `compare` points out, as dotted keys of `run` (the suite is checked apart).
 COMPARED = ("model", "model_sha256", "backend", "dtype", "protocol", "constrained", "tools", "max_turns", "examples",
             "thought_first", "working_first", "check_arithmetic", "ask_answer", "recheck", "lang", "generation",
-            "fresh_cache", "prompts_sha256", "version", "commit")
-#: No bearing on the direct baseline.
+            "fresh_cache", "prompts_sha256", "version", "commit", "search_tool")
+#: No bearing on the direct baseline, nor on retrieve-then-answer.
 AGENT_SETTINGS = ("protocol", "constrained", "tools", "max_turns", "examples", "thought_first", "working_first",
                   "check_arithmetic", "ask_answer", "recheck")
+#: The tool retrieve-then-answer searched with: no bearing on the agent or the model alone.
+RAG_SETTINGS = ("search_tool",)
+
+
+def compared(mode: str) -> tuple[str, ...]:
+    """The settings of `run` that bear on a column of `mode` (agent, direct or rag)."""
+    skip = {"agent": RAG_SETTINGS, "rag": AGENT_SETTINGS}.get(mode, AGENT_SETTINGS + RAG_SETTINGS)
+    return tuple(k for k in COMPARED if k not in skip)
 
 
 def file_sha256(path: Path) -> str:
@@ -116,9 +124,10 @@ def git_commit() -> str | None:
 
 
 def provenance(cfg: config.Config, agent: Agent, suite: str | Path, command: str, baseline: str,
-               concurrency: int) -> dict:
+               concurrency: int, modes: list[str] | None = None, search_tool: str | None = None) -> dict:
     """The `run` record of summary.json (redacted): `agent` is one the run's agents are built like (its
-    protocol's settings as resolved, its prompts' checksum); `command` is the command line as typed."""
+    protocol's settings as resolved, its prompts' checksum); `command` is the command line as typed, `modes`
+    the columns the run made (agent, direct, rag), `search_tool` the tool retrieve-then-answer searched with."""
     m = cfg.model
     model = m.name if m.backend == "openai" else "embedded" if m.backend == "embedded" else m.path
     if m.gguf_file:
@@ -127,7 +136,8 @@ def provenance(cfg: config.Config, agent: Agent, suite: str | Path, command: str
         "model": model, "model_sha256": model_checksum(cfg), "backend": m.backend, "base_url": m.base_url,
         "device": m.device, "dtype": m.dtype, **agent.protocol.record(),
         "tools": list(agent.tools), "max_turns": agent.max_turns, "lang": cfg.agent.lang,
-        "generation": cfg.generation_kwargs(), "baseline": baseline, "concurrency": concurrency,
+        "generation": cfg.generation_kwargs(), "baseline": baseline, "modes": modes,
+        "search_tool": search_tool, "concurrency": concurrency,
         "prompts_sha256": agent.prompts.sha256, "version": __version__, "commit": git_commit(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "suite": str(suite), "suite_sha256": file_sha256(Path(suite)),
         "config": cfg.source, "command": command,
