@@ -11,7 +11,7 @@ from tinyagent.agent import Agent, ReAct
 from tinyagent.tools.tool import tool
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
-CLASSIC = ReAct(working_first=False)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 PAUSE = object()   # in a reply given as chunks: wait here until the test calls `model.resume.release()`
 WAIT_S = 30        # how long a scripted model waits for the test before failing the run

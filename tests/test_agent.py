@@ -10,7 +10,7 @@ from tinyagent.tools.llm_tool import LLMTool
 from tinyagent.tutorial import TutorialAgent, TutorialModel
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
-CLASSIC = ReAct(working_first=False)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 CALL_2_10 = 'Thought: I should compute.\nAction: calculator\nAction Input: {"expression": "2**10"}'
 

@@ -15,7 +15,7 @@ from tinyagent.format.kinds import StepKind
 from tinyagent.format.templates import shipped
 from tinyagent.tools import Calculator, LocalSearch
 
-CLASSIC = ReAct(working_first=False)
+CLASSIC = ReAct(working_first=False, search="tool")
 YEAR = {"type": "object", "properties": {"year": {"type": "integer"}, "place": {"type": "string"}},
         "required": ["year"], "additionalProperties": False}
 

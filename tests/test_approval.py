@@ -15,7 +15,7 @@ from tinyagent.tools import Calculator
 from tinyagent.traces import TraceWriter
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
-CLASSIC = ReAct(working_first=False)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 WRITES: list[dict] = []
 

@@ -14,7 +14,7 @@ from tinyagent.tools import Calculator, LocalSearch
 from tinyagent.tools.arithmetic import claims, corrected, wrong_claims
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
-CLASSIC = ReAct(working_first=False)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 
 def found(text):
@@ -159,7 +159,7 @@ def test_a_working_is_set_right_at_most_a_few_times():
 
 def test_only_with_the_calculator_and_the_working_first_unless_asked():
     model = ScriptedModel([WRONG, "Final Answer: 57"])
-    result = Agent(model, tools=[LocalSearch()], protocol=ReAct(working_first=True)).run(QUESTION)  # no calculator: not checked
+    result = Agent(model, tools=[LocalSearch()], protocol=ReAct(working_first=True, search="tool")).run(QUESTION)  # no calc
     assert result.steps[0].text == WRONG and len(model.calls) == 2
     model = ScriptedModel([WRONG, "Final Answer: 57"])
     Agent(model, tools=[Calculator()], protocol=ReAct(working_first=True, check_arithmetic=False)).run(QUESTION)

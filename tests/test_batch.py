@@ -15,7 +15,7 @@ from tinyagent.text import one_line as one_line_error
 from tinyagent.tools import Calculator
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
-CLASSIC = ReAct(working_first=False)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 KEY = "sk-batch-3d9e7b1f-secret"
 

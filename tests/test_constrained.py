@@ -41,7 +41,7 @@ from tinyagent.tutorial import (
 )
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
-CLASSIC = ReAct(working_first=False)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -11,7 +11,7 @@ from tinyagent.agent.context import ContextOverflow, fit
 from tinyagent.format.messages import prompt_messages
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
-CLASSIC = ReAct(working_first=False)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 
 def chars(messages):

@@ -17,7 +17,7 @@ from tinyagent.tools.docstore import sentences
 from tinyagent.tools.corpus import Corpus, Document
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
-CLASSIC = ReAct(working_first=False)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 JAY_FIRST_PARAGRAPH = (
     "Jay Chou (周杰伦) is a Taiwanese singer, songwriter, record producer and actor, one of the best-known "

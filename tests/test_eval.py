@@ -16,7 +16,7 @@ from tinyagent.tools.tool import ToolError
 from tinyagent.tools.calculator import Calculator
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
-CLASSIC = ReAct(working_first=False)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -288,7 +288,7 @@ def test_long_passages_are_cut_and_control_tokens_broken():
 
 def test_which_tool_is_the_search_tool_and_its_query_argument():
     local, calc = LocalSearch(), Calculator()
-    search, lookup = docstore_tools(corpus=local.corpus)
+    search, lookup = docstore_tools()
     assert find_search_tool([calc, local]) is local and find_search_tool([calc]) is None
     assert find_search_tool([calc, search, lookup]) is search and query_argument(search) == "entity"
     assert find_search_tool([local, calc], "calculator") is calc and find_search_tool([local], "nope") is None

@@ -12,7 +12,7 @@ from tinyagent import ReAct
 from tinyagent.tools import GoogleSearch, ToolError
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
-CLASSIC = ReAct(working_first=False)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 KEY = "serper-test-key-7f3a9c"
 

@@ -13,7 +13,7 @@ from tinyagent.tools.corpus import DEFAULT_CORPUS, Corpus, Document, load_corpus
 from tinyagent.tools.terms import tokenize
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
-CLASSIC = ReAct(working_first=False)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 
 @pytest.fixture(scope="module")

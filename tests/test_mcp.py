@@ -29,7 +29,7 @@ from tinyagent.tools.mcp.server_tool import DESCRIPTION_CHARS, SCHEMA_CHARS, SCH
 from tinyagent.traces import dumps
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
-CLASSIC = ReAct(working_first=False)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 ROOT = Path(__file__).resolve().parent.parent
 ECHO = [str(Path(__file__).with_name("mcp_echo_server.py"))]

@@ -24,7 +24,7 @@ from tinyagent.text import estimate_tokens
 from tinyagent.tools import Calculator
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
-CLASSIC = ReAct(working_first=False)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 FOLD_INSTRUCTION = {lang: shipped().text("common.fold", lang) for lang in ("en", "zh")}
 

@@ -59,7 +59,8 @@ def test_the_config_sets_only_what_it_names_and_the_protocol_records_itself():
     assert protocol == ReAct(recheck="results", thought_first=True)  # the rest left to ReAct's defaults
     record = Agent(ScriptedModel([]), [Calculator()], protocol).protocol.record()
     assert record == {"protocol": "react", "working_first": True, "check_arithmetic": True, "ask_answer": True,
-                      "recheck": "results", "thought_first": True, "examples": False, "constrained": False}
+                      "recheck": "results", "thought_first": True, "examples": False, "constrained": False,
+                      "search": "tool", "search_tool": None}  # no search tool among the tools: the model's own
     assert Tools(max_calls=2).resolved(ScriptedModel([]), []).record() == {
         "protocol": "tools", "parallel": True, "max_calls": 2, "family": "hermes", "constrained": False}
 

@@ -15,7 +15,7 @@ from tinyagent.text import estimate_tokens
 from tinyagent.tools import Calculator
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
-CLASSIC = ReAct(working_first=False)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 USER = [{"role": "user", "content": "What is 6 times 7?"}]
 CALL = 'Thought: multiply\nAction: calculator\nAction Input: {"expression": "6*7"}\nObservation: 41'

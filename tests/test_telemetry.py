@@ -29,7 +29,7 @@ from tinyagent.redaction import register_secret
 from tinyagent.tools import Calculator
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
-CLASSIC = ReAct(working_first=False)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 CALC = 'Thought: compute.\nAction: calculator\nAction Input: {"expression": "6*7"}'
 WAIT_S = 60

@@ -14,7 +14,7 @@ from tinyagent import ReAct, Tool, tool
 from tinyagent.tools import ToolArgumentError, ToolError, ToolTimeout, invoke
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
-CLASSIC = ReAct(working_first=False)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 
 @tool

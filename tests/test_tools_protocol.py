@@ -13,7 +13,7 @@ from tinyagent.config import ConfigError, load_config
 from tinyagent.tools import Calculator
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
-CLASSIC = ReAct(working_first=False)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 
 def call(name: str, args: dict) -> str:

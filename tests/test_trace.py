@@ -21,7 +21,7 @@ from tinyagent.tools import Calculator, GoogleSearch
 from tinyagent.traces import MAX_DEPTH, TraceWriter, dumps
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
-CLASSIC = ReAct(working_first=False)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 
 def test_redact_env_and_registered_secrets(monkeypatch):

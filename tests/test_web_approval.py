@@ -13,7 +13,7 @@ from tinyagent.agent.approval import Approver
 from tinyagent.tools.tool import tool
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
-CLASSIC = ReAct(working_first=False)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 pytestmark = pytest.mark.filterwarnings("ignore:::gradio.queueing")
 

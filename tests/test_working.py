@@ -19,7 +19,7 @@ from tinyagent.format.reading import read_step
 from tinyagent.tools import Calculator
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first is tested below)
-CLASSIC = ReAct(working_first=False)
+CLASSIC = ReAct(working_first=False, search="tool")
 FORCE_FINAL, RECHECK = ({lang: shipped().text(name, lang) for lang in ("en", "zh")}
                         for name in ("react.force_final", "react.recheck"))
 

@@ -151,6 +151,7 @@ class Agent:
         run.answer_schema = AnswerSchema.of(answer_schema)
         asked = question if run.answer_schema is None else (
             question + "\n\n" + self.prompts.fill("common.answer_format", lang, schema=run.answer_schema.text))
+        run.asked, run.history = asked, list(history or [])
         run.messages = self.protocol.conversation(asked, history, lang, self.system_prompt_for(lang), self.prompts)
         try:
             with around(self.hooks, "run", run.view):

@@ -8,6 +8,7 @@ in the same step after a reply that only reasons, an answer sent back once to be
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -18,17 +19,21 @@ from ..format.messages import Message, history_to_messages, prompt_messages
 from ..format.observations import error_observation, repeated_call_observation
 from ..format.prompts import ANSWER_LEAD, STOP_WORDS, THOUGHT_LEAD, build_check_prompt, build_system_prompt
 from ..format.reading import Reading, cut_at_observation, read_forced_answer, read_step
+from ..format.retrieval import no_passages, retrieval_messages
 from ..format.step_format import next_step_format
 from ..format.templates import Prompts
 from ..models.model import BaseModel, Reply
 from ..tools import arithmetic
 from ..tools.calculator import Calculator
+from ..tools.search_tool import find_search_tool, query_argument
 from .protocols import BaseProtocol, ProtocolName
 from .results import Generation, Step
 from .run import RunState
 
 #: Answers sent back once to be checked: none; right after a failed call; also one repeating the last result.
 RECHECKS = ("off", "failed", "results")
+#: When the agent searches: the question itself before the model's first reply, or only when the model calls it.
+SEARCHES = ("first", "tool")
 ASKED_NOTE = "the reply only reasoned: its Final Answer was asked for in the same step"
 MAX_CORRECTIONS = 4  # wrong steps of one working the calculator sets right (`check_arithmetic`)
 
@@ -53,6 +58,11 @@ class ReAct(BaseProtocol):
       list (or {lang: list}) of your own.
     - `constrained`: decode only replies in the format (the model must support it). None: as the model
       prefers (`BaseModel.prefers_constrained`: the embedded 135M model).
+    - `search`: "first" has the agent search the question itself with the search tool before the model's first
+      reply and put the results in front of the question (a `searched` step); "tool" leaves searching to the
+      model. None: "first" when a search tool is among the tools (measured: evals/README.md).
+    - `search_tool`: the name of the tool "first" searches with. None: the first of local_search, google_search
+      and the docstore's search among the tools (`tools.search_tool`).
     """
 
     name: ClassVar[ProtocolName] = ProtocolName.REACT
@@ -63,6 +73,8 @@ class ReAct(BaseProtocol):
     thought_first: bool = False
     examples: bool | list | dict | None = False
     constrained: bool | None = None
+    search: str | None = None
+    search_tool: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.recheck, bool):
@@ -71,6 +83,8 @@ class ReAct(BaseProtocol):
             raise ValueError(f"recheck must be one of {', '.join(RECHECKS)} (or True / False), not {self.recheck!r}")
         if self.check_arithmetic and self.working_first is False:
             raise ValueError("check_arithmetic checks the model's own working: it needs working_first")
+        if self.search is not None and self.search not in SEARCHES:
+            raise ValueError(f"search must be one of {', '.join(SEARCHES)} or None, not {self.search!r}")
 
     def resolved(self, model: BaseModel, tools) -> ReAct:
         tools = list(tools)
@@ -81,8 +95,9 @@ class ReAct(BaseProtocol):
         examples = self.examples
         if examples is True:  # the shipped worked examples that fit these tools, per language
             examples = {lang: examples_for([t.name_for_model for t in tools], lang) for lang in EXAMPLES}
+        search = self.search or ("first" if find_search_tool(tools, self.search_tool) is not None else "tool")
         return dataclasses.replace(self, constrained=constrained, working_first=working_first,
-                                   check_arithmetic=check, examples=examples or None)
+                                   check_arithmetic=check, examples=examples or None, search=search)
 
     def record(self) -> dict:
         record = super().record()
@@ -95,12 +110,18 @@ class ReAct(BaseProtocol):
         examples = self.examples.get(lang) if isinstance(self.examples, dict) else self.examples
         return build_system_prompt(tools, lang, examples, prompts)
 
-    def conversation(self, question: str, history, lang: str, system: str, prompts: Prompts) -> list[Message]:
-        """With the working first, the question as the model alone is asked it (`format.direct`); the tools
-        come later, in the check turn."""
+    def conversation(self, question: str, history, lang: str, system: str, prompts: Prompts,
+                     passages: str | None = None) -> list[Message]:
+        """With the working first, the question as the model alone is asked it (`format.direct`), or with the
+        `passages` its search found (`format.retrieval`, the retrieve-then-answer prompt); the tools come later,
+        in the check turn. Without, the system prompt and the question (and its passages)."""
         if not self.working_first:
+            if passages is not None:
+                question = prompts.fill("react.searched", lang, question=question, passages=passages.strip())
             return super().conversation(question, history, lang, system, prompts)
-        return [*history_to_messages(history), *direct_messages(question, lang, prompts)]
+        asked = direct_messages(question, lang, prompts) if passages is None else retrieval_messages(
+            question, passages, lang, prompts)
+        return [*history_to_messages(history), *asked]
 
     def prompt(self, messages: list[Message], steps, suffix: str = "") -> list[Message]:
         return prompt_messages(messages, steps, suffix)
@@ -143,6 +164,8 @@ class ReAct(BaseProtocol):
         answer to give when it holds. A working that is already a ReAct step (a call of one of the tools, or
         a Final Answer: a model that knows the format) is returned for the loop to act on as its first turn,
         so no call it makes is dropped. With `check_arithmetic`, its written arithmetic is set right first."""
+        if self.search == "first":
+            self._search_first(run)
         if not self.working_first:
             return None
         generation = run.generate(purpose="working", free=True)
@@ -154,6 +177,25 @@ class ReAct(BaseProtocol):
         check = build_check_prompt(run.tools.values(), run.lang, working_answer(generation.text), run.prompts)
         _record_working(run, generation, check)
         return None
+
+    def _search_first(self, run: RunState) -> None:
+        """The question itself sent to the search tool (through the hooks and approval, like any call) as a
+        `searched` step, and its results put in front of the question in the run's conversation: the model's
+        first reply is then grounded, and the prompt still only grows. A search that fails, is refused or finds
+        nothing says so where the results would be."""
+        tool = find_search_tool(run.tools.values(), self.search_tool)
+        if tool is None:
+            return
+        arguments = {query_argument(tool): run.question}
+        step = Step(index=len(run.result.steps), text="", action=tool.name_for_model, arguments=arguments,
+                    action_input=json.dumps(arguments, ensure_ascii=False))
+        run.call_tool(step, tool)
+        found = step.kind in (StepKind.ACTION, StepKind.EDITED) and (step.observation or "").strip()
+        passages = step.observation if found else no_passages(step.error or "no results", run.lang, run.prompts)
+        step.kind = StepKind.SEARCHED
+        run.record(step)
+        system = self.system_prompt(list(run.tools.values()), run.lang, run.prompts)
+        run.messages = self.conversation(run.asked, run.history, run.lang, system, run.prompts, passages)
 
     def _corrected(self, run: RunState, generation: Generation) -> Generation:
         """The working with its written arithmetic set right (`tools.arithmetic`): cut at the first result the
@@ -214,5 +256,6 @@ class ReAct(BaseProtocol):
 
 
 def _record_working(run: RunState, generation: Generation, check: str | None = None) -> None:
-    """The working as the run's first step; its observation the check turn (None: the run ends there)."""
-    run.record(generation.into(Step(index=0, text=generation.text, kind=StepKind.WORKING, observation=check)))
+    """The working as the run's first reply; its observation the check turn (None: the run ends there)."""
+    run.record(generation.into(Step(index=len(run.result.steps), text=generation.text, kind=StepKind.WORKING,
+                                    observation=check)))

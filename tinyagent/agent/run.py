@@ -56,6 +56,8 @@ class RunState:
     on_step: object = None          # Callable[[Step], None] | None
     on_text: object = None          # Callable[[str], None] | None
     messages: list[Message] = field(default_factory=list)
+    asked: str = ""                 # the question as the model is asked it (with what an answer schema adds)
+    history: list = field(default_factory=list)  # the conversation's earlier turns
     answer_schema: AnswerSchema | None = None  # what the final answer must fit (`Agent.run(answer_schema=...)`)
     memo: dict = field(default_factory=dict)  # what a protocol keeps between the calls of one run
     view: Run | None = None         # the run as hooks see it

@@ -35,10 +35,13 @@ def scratchpad(steps, suffix: str = "") -> str:
 
 def prompt_messages(messages: list[Message], steps, suffix: str = "") -> list[Message]:
     """The messages to send: the conversation, then the scratchpad as a trailing assistant message.
-    A `working` step (the model's own working, first) is a turn of its own: its reply, then the user
-    message asking to check it (the step's observation); the scratchpad of the steps after it follows."""
+    A `searched` step (the question searched first) is already in the conversation: its results are in the
+    question's message. A `working` step (the model's own working, first) is a turn of its own: its reply,
+    then the user message asking to check it (the step's observation); the scratchpad of the steps after it
+    follows."""
     messages = list(messages)
-    if steps and steps[0].kind == StepKind.WORKING:  # only ever a run's first step
+    steps = [s for s in steps if s.kind != StepKind.SEARCHED]
+    if steps and steps[0].kind == StepKind.WORKING:  # only ever a run's first step (after a search)
         working, *steps = steps
         messages += [{"role": "assistant", "content": working.text},
                      {"role": "user", "content": working.observation or ""}]
