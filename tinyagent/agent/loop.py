@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from ..format.arguments import bad_input_message
+from ..format.direct import short_answer
 from ..format.kinds import StepKind
 from ..format.reading import Reading
 from ..format.step_format import require_outlines
@@ -182,7 +183,7 @@ class Agent:
             if run.stopped:
                 return StopReason.STOPPED
             generation = first or run.generate(lead=protocol.lead)
-            first, readings = None, protocol.read(generation.reply, self.tools.values(), run.lang)
+            first, readings = None, protocol.read(generation.reply, self.tools.values(), run.lang, self.prompts)
             generation, readings, asked = protocol.completed(run, generation, readings)
             for step in self._act(run, turn, generation, readings):
                 if asked and step.final_answer is not None:
@@ -194,21 +195,21 @@ class Agent:
                     step.kind, step.final_answer, step.observation = StepKind.RECHECK, None, check
                 run.record(step)
                 if step.final_answer is not None:
-                    result.answer = step.final_answer
+                    result.answer = _answer_of(run, step.final_answer)
                     return StopReason.FINAL_ANSWER if step.kind == StepKind.ANSWER_ASKED else StopReason(step.kind)
             if [s.kind for s in result.steps[-STUCK_REPEATS:]] == [StepKind.REPEATED_CALL] * STUCK_REPEATS:
                 break  # the model is stuck on one call: more turns would repeat it, so the answer is asked now
         if run.stopped:
             return StopReason.STOPPED
         generation = run.generate(suffix=protocol.forced_suffix(run.lang, self.prompts), purpose="forced_answer")
-        answer = protocol.forced_answer(generation.text, run.lang)
+        answer = protocol.forced_answer(generation.text, run.lang, self.prompts)
         step = generation.into(Step(index=len(result.steps), text=generation.text.rstrip(), final_answer=answer or None,
                                     kind=StepKind.FORCED_ANSWER if answer else StepKind.NO_FORCED_ANSWER,
                                     error=None if answer else "no final answer at the turn cap"))
         if answer and run.answer_schema is not None:
             _fitted(run, step, may_send_back=False)
         run.record(step)
-        result.answer = answer
+        result.answer = _answer_of(run, answer)
         return StopReason.MAX_TURNS if answer else StopReason.NO_FORCED_ANSWER
 
     # --- one reply's calls ----------------------------------------------------------------------
@@ -298,6 +299,13 @@ def auto_protocol(model: BaseModel) -> str:
     steps, than its own format); the model's own format behind a server that parses calls itself
     (`tool_call_turns`: vLLM, LMDeploy, llama.cpp, Ollama, `transformers serve`), which was not measured here."""
     return ProtocolName.TOOLS if getattr(model, "tool_call_turns", False) else ProtocolName.REACT
+
+
+def _answer_of(run: RunState, final_answer: str) -> str:
+    """The run's answer: the final answer itself where the model wrote it inside a sentence (`short_answer`: a
+    lead-in dropped, the one year a year question asks for); the step keeps the sentence. JSON for an answer
+    schema is kept whole."""
+    return final_answer if run.answer_schema is not None or not final_answer else short_answer(final_answer, run.question)
 
 
 def _fitted(run: RunState, step: Step, may_send_back: bool) -> str | None:

@@ -25,7 +25,7 @@ from ..format.templates import Prompts
 from ..models.model import BaseModel, Reply
 from ..tools import arithmetic
 from ..tools.calculator import Calculator
-from ..tools.search_tool import find_search_tool, query_argument
+from ..tools.search_tool import NOTHING_FOUND, find_search_tool, query_argument, search_terms
 from .protocols import BaseProtocol, ProtocolName
 from .results import Generation, Step
 from .run import RunState
@@ -137,14 +137,22 @@ class ReAct(BaseProtocol):
         """The reply as the protocol keeps it: an observation the model invented is cut."""
         return dataclasses.replace(reply, text=cut_at_observation(reply.text))
 
-    def read(self, reply: Reply, tools, lang: str) -> list[Reading]:
-        return [read_step(reply.text, tools, lang)]
+    def read(self, reply: Reply, tools, lang: str, prompts: Prompts | None = None) -> list[Reading]:
+        """The reply read (`format.reading.read_step`); a Final Answer that is one of the prompts' placeholders
+        copied ("the tool's arguments as a JSON object") is a format error, never an answer."""
+        reading = read_step(reply.text, tools, lang)
+        if reading.kind == StepKind.FINAL_ANSWER and prompts is not None and prompts.is_placeholder(reading.answer):
+            reading = Reading(StepKind.MALFORMED, reading.text, thought=reading.thought,
+                              error=f"the Final Answer {reading.answer!r} is the prompt's description of what to "
+                                    "write, copied. Write the answer itself after Final Answer:")
+        return [reading]
 
     def forced_suffix(self, lang: str, prompts: Prompts) -> str:
         return prompts.text("react.force_final", lang)
 
-    def forced_answer(self, text: str, lang: str) -> str:
-        return read_forced_answer(text)
+    def forced_answer(self, text: str, lang: str, prompts: Prompts | None = None) -> str:
+        answer = read_forced_answer(text)
+        return "" if prompts is not None and prompts.is_placeholder(answer) else answer
 
     def error_observation(self, message: str, worked_tool, prompts: Prompts) -> str:
         return error_observation(message, worked_tool, prompts)
@@ -169,31 +177,37 @@ class ReAct(BaseProtocol):
         if not self.working_first:
             return None
         generation = run.generate(purpose="working", free=True)
-        reading = self.read(generation.reply, run.tools.values(), run.lang)[0]
+        reading = self.read(generation.reply, run.tools.values(), run.lang, run.prompts)[0]
         if reading.kind in (StepKind.ACTION, StepKind.FINAL_ANSWER):
             return generation
         if self.check_arithmetic:
             generation = self._corrected(run, generation)
-        check = build_check_prompt(run.tools.values(), run.lang, working_answer(generation.text), run.prompts)
+        answer = working_answer(generation.text)
+        answer = None if answer is None or run.prompts.is_placeholder(answer) else answer
+        check = build_check_prompt(run.tools.values(), run.lang, answer, run.prompts)
         _record_working(run, generation, check)
         return None
 
     def _search_first(self, run: RunState) -> None:
         """The question itself sent to the search tool (through the hooks and approval, like any call) as a
         `searched` step, and its results put in front of the question in the run's conversation: the model's
-        first reply is then grounded, and the prompt still only grows. A search that fails, is refused or finds
-        nothing says so where the results would be."""
+        first reply is then grounded, and the prompt still only grows. When it finds nothing, the question's
+        naming words are searched once more (`search_terms`); when that fails too, is refused or finds nothing,
+        the results' place says so."""
         tool = find_search_tool(run.tools.values(), self.search_tool)
         if tool is None:
             return
-        arguments = {query_argument(tool): run.question}
-        step = Step(index=len(run.result.steps), text="", action=tool.name_for_model, arguments=arguments,
-                    action_input=json.dumps(arguments, ensure_ascii=False))
-        run.call_tool(step, tool)
-        found = step.kind in (StepKind.ACTION, StepKind.EDITED) and (step.observation or "").strip()
+        for query in dict.fromkeys(q for q in (run.question, search_terms(run.question)) if q):
+            arguments = {query_argument(tool): query}
+            step = Step(index=len(run.result.steps), text="", action=tool.name_for_model, arguments=arguments,
+                        action_input=json.dumps(arguments, ensure_ascii=False))
+            run.call_tool(step, tool)
+            found = _found(step)
+            step.kind = StepKind.SEARCHED
+            run.record(step)
+            if found:
+                break
         passages = step.observation if found else no_passages(step.error or "no results", run.lang, run.prompts)
-        step.kind = StepKind.SEARCHED
-        run.record(step)
         system = self.system_prompt(list(run.tools.values()), run.lang, run.prompts)
         run.messages = self.conversation(run.asked, run.history, run.lang, system, run.prompts, passages)
 
@@ -231,11 +245,11 @@ class ReAct(BaseProtocol):
         asked = generation.text.rstrip() + ANSWER_LEAD
         run.show(ANSWER_LEAD)
         more = run.generate(suffix=asked, purpose="answer")
-        answer = self.forced_answer(more.text, run.lang)
+        answer = self.forced_answer(more.text, run.lang, run.prompts)
         if not answer:
             return generation, readings, False
         generation = generation.then(more, f"{asked} {answer}", ASKED_NOTE)
-        return generation, self.read(generation.reply, run.tools.values(), run.lang), True
+        return generation, self.read(generation.reply, run.tools.values(), run.lang, run.prompts), True
 
     def sent_back(self, run: RunState, step: Step, turn: int, max_turns: int) -> str | None:
         """The observation that sends an answer back once to be checked, or None to take it: an answer right
@@ -253,6 +267,12 @@ class ReAct(BaseProtocol):
                 and shown in step.final_answer:
             return run.prompts.fill("react.recheck_result", run.lang, result=shown)
         return None
+
+
+def _found(step: Step) -> bool:
+    """Whether a search call ran and found something."""
+    return step.kind in (StepKind.ACTION, StepKind.EDITED) and bool((step.observation or "").strip()) \
+        and not NOTHING_FOUND.match(step.observation)
 
 
 def _record_working(run: RunState, generation: Generation, check: str | None = None) -> None:

@@ -111,13 +111,13 @@ class Tools(BaseProtocol):
         if run.memo.get("rendered") is not None:
             run.memo["expected"] = run.memo["rendered"] + reply.text
 
-    def read(self, reply: Reply, tools, lang: str) -> list[Reading]:
+    def read(self, reply: Reply, tools, lang: str, prompts: Prompts | None = None) -> list[Reading]:
         return read_calls(reply.text, tools, self.fmt, lang, structured=reply.tool_calls)
 
     def forced_suffix(self, lang: str, prompts: Prompts) -> str:
         return prompts.text("tools.force_answer", lang)
 
-    def forced_answer(self, text: str, lang: str) -> str:
+    def forced_answer(self, text: str, lang: str, prompts: Prompts | None = None) -> str:
         """The answer after the turn cap: the reply's text (a call it still makes is not run)."""
         reading = read_calls(text, (), self.fmt, lang)[0]
         return (reading.answer if reading.answer is not None else reading.thought) or ""

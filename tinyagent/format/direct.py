@@ -64,3 +64,26 @@ def plain_answer(answer: str) -> str:
     if len(text) > 2 and text[0] == text[-1] == "$":
         text = text.strip("$")  # $18$: inline maths, not a currency sign
     return _PLACEHOLDER.sub("", text).strip(_TRIM)
+
+
+# "The answer to the question is 1889.", "So the final answer is: Michael Collins", "问题的答案是 1979年": a lead-in
+# a model writes before the answer itself.
+_LEAD_IN = re.compile(r"^(?:(?:so|therefore|thus|hence)[, ]+)?(?:the )?(?:final )?answer(?: to (?:the|this|your) "
+                      r"(?:original )?question)?(?: is|:)\s*:?\s*|^(?:所以|因此)?[，,]?(?:这个|该)?(?:问题的)?(?:最终)?答案(?:是|为|[:：])\s*",
+                      re.IGNORECASE)
+# A question that asks for a year, and a year in an answer.
+_ASKS_YEAR = re.compile(r"\b(?:which|what) year\b|\bin what year\b|哪一年|哪年|何年|什么年份", re.IGNORECASE)
+_YEAR = re.compile(r"(?<![\d.,])(1\d{3}|20\d{2})(?!\d|[.,]\d)(年)?")
+
+
+def short_answer(answer: str, question: str = "") -> str:
+    """The answer itself, where a model wrote it inside a sentence: a lead-in dropped ("The answer to the question
+    is 1889." as 1889), and, when the question asks for a year and the answer names exactly one, that year ("Jay
+    Chou was born in 1979." as 1979; 年 kept in Chinese). Anything else is returned as written."""
+    text = answer.strip()
+    rest = _LEAD_IN.sub("", text, count=1).strip()
+    text = (rest.strip(_TRIM + "\"'“”「」") or text) if rest != text else text
+    years = {m.group(0) for m in _YEAR.finditer(text)}
+    if _ASKS_YEAR.search(question) and len(years) == 1 and len(text) > len(next(iter(years))):
+        return next(iter(years))
+    return text

@@ -21,6 +21,10 @@ PROMPT_DIR = Path(__file__).resolve().parents[1] / "data" / "prompts"
 FILES = ("react", "check", "direct", "tools", "common")
 LANGS = ("en", "zh")
 _SLOT = re.compile(r"\{([a-z_]+)\}")
+#: A format line of a prompt: a ReAct label, then what is to be written there, described.
+_FORMAT_LINE = re.compile(r"^(?:Question|Thought|Action|Action Input|Observation|Final Answer): ?(.+)$", re.MULTILINE)
+#: The prompts whose format lines describe what to write.
+PLACEHOLDER_PROMPTS = ("react.system", "check.body", "check.end", "check.end_none")
 
 Overrides = Mapping[str, "str | Mapping[str, str]"]
 
@@ -64,6 +68,25 @@ class Prompts:
                                      f"{', '.join(sorted(set(_SLOT.findall(self.text(name))))) or 'none'}")
                 texts[name][lang] = text
         return Prompts(texts)
+
+    @functools.cached_property
+    def placeholders(self) -> tuple[re.Pattern, ...]:
+        """What the format lines of the prompts describe rather than show (`Action Input: the tool's arguments
+        as a JSON object`, `Final Answer: 问题的答案`), as patterns an answer copied from them fullmatches
+        (a slot matches anything): no such text is an answer."""
+        found = set()
+        for name in PLACEHOLDER_PROMPTS:
+            for text in self.texts.get(name, {}).values():
+                for m in _FORMAT_LINE.finditer(text):
+                    described = m.group(1).strip().rstrip(".。")
+                    if len(described) > 3 and not _SLOT.fullmatch(described):
+                        found.add(".*".join(re.escape(part) for part in _SLOT.split(described)[::2]))
+        return tuple(re.compile(p, re.IGNORECASE) for p in sorted(found))
+
+    def is_placeholder(self, answer: str) -> bool:
+        """Whether `answer` is one of the prompts' placeholders copied (`placeholders`)."""
+        text = answer.strip().strip("\"'“”「」.。 ")
+        return any(p.fullmatch(text) for p in self.placeholders)
 
     @property
     def sha256(self) -> str:

@@ -2,7 +2,16 @@
 the ReAct search policy search the question with."""
 from __future__ import annotations
 
+import re
+
 from .tool import Tool
+
+#: Words that ask rather than name: left out of a question's search terms (`search_terms`).
+_ASKING = re.compile(r"\b(?:what|which|who|whom|whose|when|where|why|how|many|much|is|are|was|were|did|does|do|the|"
+                     r"a|an|of|in|on|at|to|for|by|with|and|or|it|its|his|her|their|this|that|year|name|called)\b|"
+                     r"什么|哪一|哪个|哪里|哪年|哪|谁|多少|几|吗|呢|是|的|了|叫|在|有", re.IGNORECASE)
+#: What a search tool says when it found nothing (local_search's words).
+NOTHING_FOUND = re.compile(r"^\s*No results\b", re.IGNORECASE)
 
 #: The names of the search tools retrieve-then-answer looks for, in this order (`find_search_tool`).
 SEARCH_TOOLS = ("local_search", "google_search", "search")
@@ -27,3 +36,9 @@ def query_argument(tool: Tool) -> str:
         if p.get("required") and (p.get("schema") or {}).get("type", "string") == "string":
             return p["name"]
     return params[0]["name"]
+
+
+def search_terms(question: str) -> str:
+    """A question's naming words (the words that ask, and punctuation, left out): the second query when the
+    question itself found nothing."""
+    return " ".join(re.sub(r"[^\w]+", " ", _ASKING.sub(" ", question)).split())
