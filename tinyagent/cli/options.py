@@ -38,6 +38,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--check-arithmetic", action=argparse.BooleanOptionalAction, help="with --working-first: the "
                    "calculator checks the working's arithmetic and sets its first wrong result right, the model "
                    "going on from there (default: on with the calculator)")
+    g.add_argument("--search", choices=("first", "tool"), help="ReAct: first searches the question itself before "
+                   "the model's first reply and puts the results in front of it (default with a search tool); tool "
+                   "leaves searching to the model")
     g.add_argument("--approve", action="store_true", help="ask before each call of an MCP server's tool "
                    "(y / a / e / n on the terminal, a card on the chat page); agent.approve names tools one by one")
     g.add_argument("--otel", action="store_true", help="OpenTelemetry spans for runs, model and tool calls, "
@@ -75,6 +78,7 @@ def config_from_args(args: argparse.Namespace) -> configuration.Config:
         "agent.lang": args.lang, "agent.max_turns": args.max_turns, "agent.corpus": args.corpus,
         "agent.constrained": args.constrained, "agent.protocol": args.protocol,
         "agent.working_first": args.working_first, "agent.check_arithmetic": args.check_arithmetic,
+        "agent.search": getattr(args, "search", None),
         "agent.approve_mcp": "ask" if args.approve else None,
         "agent.otel": True if args.otel else None,
         "agent.tools": None if tools is None else [t.strip() for t in tools.split(",") if t.strip()],

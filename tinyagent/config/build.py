@@ -151,6 +151,8 @@ def build_protocol(cfg: Config, model):
     protocol = protocol_for(cfg.agent.protocol, model)
     own = {f.name for f in dataclasses.fields(protocol) if f.init}
     settings = cfg.agent.protocol_settings()
+    if cfg.agent.search_tool is not None and "search_tool" in own:  # also the eval's retrieve-then-answer tool
+        settings["search_tool"] = cfg.agent.search_tool
     other = sorted(set(settings) - own)
     if other:
         raise ConfigError(f"agent.{other[0]}: a setting of another protocol than {protocol.name} "

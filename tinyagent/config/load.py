@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..agent import telemetry
 from ..agent.protocols import PROTOCOLS
-from ..agent.react import RECHECKS
+from ..agent.react import RECHECKS, SEARCHES
 from ..engine.llama_runtime import INSTALL_HINT as LLAMACPP_HINT
 from ..engine.llama_runtime import llamacpp_available
 from ..format.step_format import INSTALL_HINT, outlines_available
@@ -201,6 +201,7 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
                "model.runtime": (m.runtime, RUNTIMES),
                "model.scratchpad": (m.scratchpad, SCRATCHPAD_MODES), "agent.lang": (a.lang, LANGS),
                "agent.protocol": (a.protocol, PROTOCOLS), "agent.recheck": (a.recheck, (None, *RECHECKS)),
+               "agent.search": (a.search, (None, *SEARCHES)),
                "model.guided_decoding": (m.guided_decoding, (None, *GUIDED_DECODING_FIELDS)),
                "agent.approve_mcp": (a.approve_mcp, APPROVALS),
                **{f"agent.approve.{name}": (value, APPROVALS) for name, value in a.approve.items()}}

@@ -64,7 +64,7 @@ TOOL_FIELDS = ("tools", "corpus", "mcp_servers", "llm_fallback", "search_tool")
 HOOK_FIELDS = ("approve", "approve_mcp", "otel")
 OBSERVATION_FIELDS = ("max_observation_chars", "distill_observations")
 PROTOCOL_FIELDS = ("constrained", "examples", "recheck", "ask_answer", "thought_first", "working_first",
-                   "check_arithmetic", "parallel", "max_calls")
+                   "check_arithmetic", "search", "parallel", "max_calls")
 APPROVALS = ("ask", "always", "never")
 
 
@@ -90,6 +90,8 @@ class AgentConfig:
     thought_first: bool | None = None    # react: replies begin with `Thought:` (default off)
     working_first: bool | None = None    # react: the model's own working first (default: on when decoded free)
     check_arithmetic: bool | None = None  # react: the calculator sets the working right (default: with calculator)
+    search: str | None = None            # react: first (the question searched before the model's first reply) |
+                                         # tool (only when the model calls it); default: first with a search tool
     parallel: bool | None = None         # tools: the calls of one reply run at once (default on)
     max_calls: int | None = None         # tools: the most calls of one reply that run (default 5)
     approve: dict[str, str] = field(default_factory=dict)  # {tool_name: ask | always | never} before each call

@@ -20,7 +20,7 @@ from .. import config
 from ..agent import DirectAnswer
 from ..agent.baselines import RetrieveThenAnswer
 from ..tools.search_tool import SEARCH_TOOLS, find_search_tool
-from ..agent.react import RECHECKS
+from ..agent.react import RECHECKS, SEARCHES
 from ..agent.protocols import PROTOCOLS
 from ..runs import Runner
 from . import compare, out_folder
@@ -136,6 +136,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                         "first wrong result right, the model going on from there (default: the config's)")
     p.add_argument("--ask-answer", action=argparse.BooleanOptionalAction,
                    help="ask a reply that only reasons for its Final Answer in the same step (default: the config's)")
+    p.add_argument("--search", choices=SEARCHES, help="ReAct: first (the question searched before the model's first "
+                   "reply) or tool (only when the model calls it); default: the config's (first with a search tool)")
     p.add_argument("--recheck", choices=RECHECKS,
                    help="answers sent back once to be checked: off, failed (right after a failed call), results "
                         "(also one that only repeats the last tool result); default: the config's")
@@ -158,7 +160,7 @@ def _load_config(args) -> config.Config:
                        "agent.protocol": args.protocol, "agent.constrained": args.constrained,
                        "agent.examples": args.examples, "agent.thought_first": args.thought_first,
                        "agent.working_first": args.working_first, "agent.check_arithmetic": args.check_arithmetic,
-                       "agent.recheck": args.recheck, "agent.ask_answer": args.ask_answer}
+                       "agent.recheck": args.recheck, "agent.ask_answer": args.ask_answer, "agent.search": args.search}
     if args.tools is not None:
         overrides["agent.tools"] = [t.strip() for t in args.tools.split(",") if t.strip()]
     if args.model or args.base_url:
