@@ -34,6 +34,23 @@ def test_the_question_is_searched_first_and_the_working_reads_its_passages():
     assert Agent(model, [Calculator()]).protocol.search == "tool"  # no search tool: nothing to search first
 
 
+@pytest.mark.parametrize("question,working,offered", [
+    ("春节是农历的哪一天？", "春节是农历的正月初一。", "春节是农历的正月初一"),
+    (JAY, "The search results say so.\nJay Chou was born in 1979.", "Jay Chou was born in 1979"),
+])
+def test_a_grounded_working_without_its_answer_line_offers_its_last_line(question, working, offered):
+    """Searched first, a working that answers without "The answer is" (small models, in Chinese most of all)
+    has its last line offered as the answer to give, as retrieve-then-answer would read it."""
+    model = ScriptedModel([working, "Final Answer: x"])
+    tools = [Calculator(), LocalSearch()]
+    result = Agent(model, tools).run(question)
+    lang = "zh" if "春" in question else "en"
+    assert result.steps[1].observation == build_check_prompt(tools, lang, offered)
+    unsearched = ScriptedModel([working, "Final Answer: x"])
+    result = Agent(unsearched, tools, ReAct(search="tool")).run(question)  # not grounded: no answer read
+    assert result.steps[0].observation == build_check_prompt(tools, lang, None)
+
+
 def test_the_model_searches_again_with_its_own_query():
     model = ScriptedModel(["I am not sure of the album.\nThe answer is Fantasy.",
                            'Thought: check the album.\nAction: local_search\nAction Input: {"search_query": "Jay album"}',

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..format.direct import direct_messages, working_answer
+from ..format.direct import direct_messages, last_line, working_answer
 from ..format.examples import EXAMPLES, examples_for
 from ..format.kinds import FAILED_CALLS, StepKind
 from ..format.messages import Message, history_to_messages, prompt_messages
@@ -169,7 +169,8 @@ class ReAct(BaseProtocol):
     def first(self, run: RunState) -> Generation | None:
         """With `working_first`: the model's working, decoded free, recorded as a `working` step whose
         observation (the next user turn) offers the tools to check it, with the working's own answer as the
-        answer to give when it holds. A working that is already a ReAct step (a call of one of the tools, or
+        answer to give when it holds (its answer line; after a search first, else its last line, as
+        retrieve-then-answer reads it). A working that is already a ReAct step (a call of one of the tools, or
         a Final Answer: a model that knows the format) is returned for the loop to act on as its first turn,
         so no call it makes is dropped. With `check_arithmetic`, its written arithmetic is set right first."""
         if self.search == "first":
@@ -183,6 +184,8 @@ class ReAct(BaseProtocol):
         if self.check_arithmetic:
             generation = self._corrected(run, generation)
         answer = working_answer(generation.text)
+        if answer is None and self.search == "first":  # grounded in the passages: an answer without its line
+            answer = last_line(generation.text)
         answer = None if answer is None or run.prompts.is_placeholder(answer) else answer
         check = build_check_prompt(run.tools.values(), run.lang, answer, run.prompts)
         _record_working(run, generation, check)

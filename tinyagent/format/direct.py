@@ -53,6 +53,13 @@ def working_answer(reply: str) -> str | None:
     return (plain_answer(line) or None) if line is not None else None
 
 
+def last_line(reply: str) -> str | None:
+    """A reply's last non-empty visible line, as an answer read without an answer line: what retrieve-then-answer
+    takes when a grounded reply answers ("春节是农历的正月初一。") without writing "The answer is"."""
+    lines = [line for line in mask_thinking(reply).splitlines() if line.strip(_TRIM)]
+    return (plain_answer(lines[-1]) or None) if lines else None
+
+
 _DELIMITERS = re.compile(r"\\[()\[\]]")
 _PLACEHOLDER = re.compile(r"^X\s*[=:]\s*(?=\S)")  # "X = 1994": the prompt's X copied before the answer
 
