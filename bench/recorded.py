@@ -19,8 +19,9 @@ from tinyagent.tools.local_search import LocalSearch
 from tinyagent.tools.tool import ToolError
 
 EPISODES = Path(__file__).parent / "episodes"
-#: The episodes are ReAct from the first reply (recorded before the working first): replayed as they were.
-PROTOCOL = ReAct(working_first=False)
+#: The episodes are ReAct from the first reply, the model searching by its own calls (recorded before the working
+#: first and the search first): replayed as they were.
+PROTOCOL = ReAct(working_first=False, search="tool")
 
 
 class EpisodeError(ValueError):

@@ -311,7 +311,7 @@ def test_smollm2_replies_are_valid_steps_and_it_calls_a_tool(embedded_model):
         messages = [{"role": "system", "content": build_system_prompt(calc)}, {"role": "user", "content": question}]
         reply = embedded_model.generate(messages, stop=STOP_WORDS, constraint=fmt, max_new_tokens=40)
         assert re.fullmatch(pattern_of(fmt), str(reply)), reply
-    result = Agent(embedded_model, calc, max_turns=1, max_new_tokens=48, protocol=ReAct(working_first=False, constrained=True)).run("What is 12 times 6?")
+    result = Agent(embedded_model, calc, max_turns=1, max_new_tokens=48, protocol=ReAct(working_first=False, constrained=True, search="tool")).run("What is 12 times 6?")
     assert [s.kind for s in result.steps] in (["action", "forced_answer"],
                                                              ["tool_error", "forced_answer"])
     assert result.steps[0].arguments is not None and result.steps[0].observation and result.answer

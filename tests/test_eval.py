@@ -338,7 +338,8 @@ def test_cli_end_to_end(tmp_path, scripted_config, capsys):
     records = [json.loads(line) for line in (out / "results.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [r["id"] for r in records] == ["mul", "jay", "fr"]
     assert [r["success"] for r in records] == [True, True, False]
-    assert records[1]["source"] == "TinyAgent" and records[1]["prediction"] == "他出生于1979年。"
+    assert records[1]["source"] == "TinyAgent" and records[1]["prediction"] == "1979年"  # the answer itself
+    assert records[1]["trace"]["steps"][-1]["final_answer"] == "他出生于1979年。"  # the sentence, in its step
     whole = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     summary = whole["agent"]
     for key in ("n", "success_rate", "format_valid_rate", "mean_steps", "mean_seconds"):

@@ -51,6 +51,29 @@ def test_a_grounded_working_without_its_answer_line_offers_its_last_line(questio
     assert result.steps[0].observation == build_check_prompt(tools, lang, None)
 
 
+def test_which_tool_is_searched_first():
+    """TinyAgent's search tools (local_search, google_search, the docstore's search) and a tool named by
+    `search_tool`; not a tool of your own that happens to be called `search`."""
+    from tinyagent.tools.docstore import DocstoreSearch
+    from tinyagent.tools.search_tool import find_search_tool
+
+    @tool
+    def search(query: str) -> str:
+        """Search my notes.
+
+        Args:
+            query: what to look for
+        """
+        return "nothing"
+
+    assert find_search_tool([Calculator(), search]) is None
+    assert Agent(ScriptedModel([]), [Calculator(), search]).protocol.search == "tool"
+    assert find_search_tool([search], "search") is search  # named: searched with
+    docstore = DocstoreSearch.__new__(DocstoreSearch)
+    assert find_search_tool([search, docstore]) is docstore
+    assert find_search_tool([docstore, LocalSearch()]).name_for_model == "local_search"
+
+
 def test_the_model_searches_again_with_its_own_query():
     model = ScriptedModel(["I am not sure of the album.\nThe answer is Fantasy.",
                            'Thought: check the album.\nAction: local_search\nAction Input: {"search_query": "Jay album"}',

@@ -94,8 +94,9 @@ def test_a_scripted_episode_in_the_familys_own_format(family):
     replies = [fmt.write_call("calculator", {"expression": "2+2"}), "The answer is 4."]
     forced, streamed = forcing(model, replies), []
     result = Agent(forced, TOOLS, on_text=streamed.append, protocol=Tools()).run("What is 2+2?")
-    assert result.protocol == "tools" and result.answer == "The answer is 4.", [s.text for s in result.steps]
+    assert result.protocol == "tools" and result.answer == "4", [s.text for s in result.steps]  # the answer itself
     call, final = result.steps
+    assert final.final_answer.strip() == "The answer is 4."  # the step keeps the sentence
     assert (call.kind, call.action, call.arguments, call.observation) == (
         StepKind.ACTION, "calculator", {"expression": "2+2"}, "4")
     assert call.text == replies[0]  # the call's markers survive decoding

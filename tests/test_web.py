@@ -542,7 +542,8 @@ def test_run_demo_web_serves_the_demo_agent(monkeypatch, capsys):
     monkeypatch.setattr(gradio.Blocks, "block_thread", ask_then_close)
     monkeypatch.delenv("SERPER_API_KEY", raising=False)
     assert demo.main(["--web", "--port", str(free_port())], model=model) == 0
-    assert text(answers[0][-1]).startswith("hello\n\n*[1 step, ")
+    # the demo searches the question first (twice: "Hi?", then its words, find nothing), then the model answers
+    assert text(answers[0][-1]).startswith("hello\n\n*[3 steps, ")
     assert "local_search" in model.calls[0]["messages"][0]["content"]   # the demo's config and tools
     assert "tinyagent: Chat page at http://127.0.0.1:" in capsys.readouterr().err
 

@@ -45,6 +45,7 @@ class DocstoreSearch(Tool):
     """
 
     name_for_model = "search"
+    searches = True
     name_for_human = {"en": "Search", "zh": "搜索"}
     description_for_model = {
         "en": "Searches the offline encyclopedia for an entity (a person, place, thing or topic) and returns "

@@ -14,6 +14,7 @@ ENDPOINT_ENV = "SERPER_ENDPOINT"  # optional: a proxy or a local test server
 
 class GoogleSearch(Tool):
     name_for_model = "google_search"
+    searches = True
     name_for_human = {"en": "Google Search", "zh": "谷歌搜索"}
     description_for_model = {
         "en": "A web search engine (Google). Use it to look up public facts about people, places and events, "

@@ -45,6 +45,7 @@ class LocalSearch(Tool):
     """
 
     name_for_model = "local_search"
+    searches = True
     name_for_human = {"en": "Local Search", "zh": "本地搜索"}
     description_for_model = SHIPPED_DESCRIPTION
     parameters = [{

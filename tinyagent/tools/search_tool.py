@@ -19,11 +19,15 @@ SEARCH_TOOLS = ("local_search", "google_search", "search")
 
 def find_search_tool(tools, name: str | None = None) -> Tool | None:
     """The tool to search with: the one called `name` when given (None if there is none), else the first of
-    `SEARCH_TOOLS` among `tools` (local_search, google_search, the docstore's search), else None."""
+    `SEARCH_TOOLS` among `tools` that is a search engine's (called local_search or google_search, or saying so:
+    `Tool.searches`, as the docstore's search does), else any other tool that says so, else None. A tool of
+    your own that happens to be called `search` is not searched with unless named."""
     by_name = {t.name_for_model: t for t in tools}
     if name is not None:
         return by_name.get(name)
-    return next((by_name[n] for n in SEARCH_TOOLS if n in by_name), None)
+    engines = [by_name[n] for n in SEARCH_TOOLS if n in by_name] + list(by_name.values())
+    return next((t for t in engines if t.name_for_model in SEARCH_TOOLS[:2] or getattr(t, "searches", False)),
+                None)
 
 
 def query_argument(tool: Tool) -> str:

@@ -46,6 +46,9 @@ class Tool:
     name_for_human: Text = ""
     description_for_model: Text = ""
     parameters: list[dict] = []
+    #: True for a search engine's tool (a query in, passages out): the one the ReAct search policy and
+    #: retrieve-then-answer search the question with when none is named (`tools.search_tool`).
+    searches: bool = False
     #: True when the same arguments again can give a new result (e.g. `lookup` paging through
     #: matches), so the agent's repeated-call guard lets them through.
     repeatable: bool = False
