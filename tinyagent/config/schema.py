@@ -44,7 +44,8 @@ class ModelConfig:
     context_window: int | None = None  # openai: the served window (null: from the model list); llamacpp: tokens
                                        # per conversation (null: the file's, at most 32768)
     kv_cells: int | None = None      # llamacpp: KV cache of the kept conversations (null: 2 windows, at most 32768)
-    threads: int | None = None       # llamacpp: CPU threads (null: half the CPUs, at least one)
+    threads: int | None = None       # llamacpp: CPU threads (null: the free physical cores, at least one)
+    weight_type: str = "auto"        # llamacpp: auto (a type with fast kernels, converted once), file, q8_0, q4_0, ...
 
 
 @dataclass
