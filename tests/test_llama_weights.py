@@ -73,7 +73,6 @@ def test_converted_once_cached_and_reused(cache, conversions, caplog):
     assert second.weights_path == first.weights_path and second.weights_path.stat().st_mtime_ns == made
     assert len(conversions) == 1  # reused: no second conversion
     assert not list(cache.glob(".partial-*"))
-    assert [t for t in (first.tokenize("Hello"), second.tokenize("Hello"))][0] == second.tokenize("Hello")
 
 
 def test_the_off_switch_keeps_the_file(cache, conversions):

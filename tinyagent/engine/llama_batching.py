@@ -10,7 +10,8 @@ request). Each pass it admits waiting requests (at most `max_batch` in flight, e
 sequence of `SequencePool`, which also decides what of the prompt the cache already holds), builds one
 batch, decodes it, and lets every request whose tokens are all in choose its next token with its own
 `ReplyChooser` (logits processors, the step format, repetition rules, sampling), stop strings, end ids,
-budget, stream and cancel event. A request that ends (or fails, or whose caller leaves) gives its
+budget and cancel event; its stream is written in the caller's own thread, so a slow reader holds up
+no one else. A request that ends (or fails, or whose caller leaves) gives its
 sequence back at once: kept for its conversation's next call, or dropped after a failure.
 
 A request whose prompt shares at least `SHARE_MIN` more tokens with one still reading it (agents
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import queue
 import threading
 import time
 import weakref
@@ -60,8 +62,9 @@ class Request:
     reply: PieceText | None = None
     text: str = ""
     error: BaseException | None = None
-    left: bool = False               # the caller stopped waiting (it was interrupted)
+    left: bool = False               # the caller stopped waiting (it was interrupted, or its stream failed)
     done: threading.Event = field(default_factory=threading.Event)
+    texts: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)  # each text so far, then None: the stream
 
     @property
     def decoding(self) -> bool:
@@ -99,6 +102,9 @@ class LlamaBatcher:
                 self._worker.start()
             self._cond.notify_all()
         try:
+            if request.holdback is not None:  # streamed in the caller's thread: a slow reader holds up no one
+                while (text := request.texts.get()) is not None:
+                    request.holdback.update(text)
             request.done.wait()
         except BaseException:  # interrupted: the worker ends the request at its next pass and frees its sequence
             request.left = True
@@ -253,8 +259,8 @@ class LlamaBatcher:
                 self._finish(r, None)
                 return
             r.text = r.reply.add(token)
-            if r.holdback:
-                r.holdback.update(r.text)
+            if r.holdback is not None:
+                r.texts.put(r.text)
             if (r.stop and stop_index(r.text, r.stop) is not None) or len(r.new) >= r.budget or r.stopped():
                 self._finish(r, None)
                 return
@@ -274,6 +280,7 @@ class LlamaBatcher:
             r.text = r.reply.final()
         r.error = error
         r.done.set()
+        r.texts.put(None)
 
 
 _batchers: weakref.WeakSet = weakref.WeakSet()
