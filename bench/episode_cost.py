@@ -228,6 +228,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--threads", type=int, help="CPU threads (torch's, and llama.cpp's)")
+    parser.add_argument("--weight-type", default="auto", help="llama.cpp: auto (converted where the file's type has "
+                        "no fast kernels), file (its own), q8_0, q4_0, f16, bf16")
     parser.add_argument("--max-new-tokens", type=int, default=512)
     parser.add_argument("--live", action="store_true", help="also answer the questions freely")
     parser.add_argument("--constrained", action="store_true", help="live: add Agent(constrained=True)")

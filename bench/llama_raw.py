@@ -11,7 +11,7 @@ once with llama.cpp's `llama_model_quantize` (`allow_requantize`) into --workdir
     python bench/llama_raw.py                                  # embedded SmolLM2, its Q4_1, 1 and 2 threads
     python bench/llama_raw.py --types file,q8_0,q4_0,f16,bf16 --threads 1,2 --json raw.json
     python bench/llama_raw.py --model $(../shared/tools/real-model) --types file,q8_0,q4_0
-    python bench/llama_raw.py --types file,q8_0 --threads 2 --model-too        # raw beside LlamaCppModel
+    python bench/llama_raw.py --types q8_0 --threads 1 --model-too --repeats 5  # raw beside LlamaCppModel
 """
 from __future__ import annotations
 
@@ -53,29 +53,37 @@ def quantize(lib, source: Path, target: Path, ftype: str, threads: int) -> float
     return time.perf_counter() - started
 
 
-def tokens_of(lib, vocab, n: int) -> list[int]:
-    data = (TEXT * (4 * n // len(TEXT) + 2)).encode()
+def tokens_of(lib, vocab, n: int, offset: int = 0) -> list[int]:
+    """`n` tokens of TEXT repeated, starting `offset` sentences in (so sequences hold different texts)."""
+    sentences = TEXT.split(". ")
+    text = ". ".join(sentences[offset % len(sentences):] + sentences[:offset % len(sentences)]) + f" {offset}. "
+    data = (text * (4 * n // len(text) + 2)).encode()
     buffer = (lib.llama_token * len(data))()
     count = lib.llama_tokenize(vocab, data, len(data), buffer, len(data), False, True)
     return list(buffer[:count])[:n]
 
 
 class Raw:
-    """One model and one context, as a llama.cpp example makes them."""
+    """One model and one context, as a llama.cpp example makes them: `sequences` sequences of up to `window`
+    cells each, in one unified cache (or one stream each), flash attention on or off."""
 
-    def __init__(self, lib, path: Path, threads: int, cells: int, sequences: int, batch: int = 512):
-        self.lib = lib
+    def __init__(self, lib, path: Path, window: int, sequences: int, flash: bool, unified: bool, batch: int = 512):
+        self.lib, self.sequences, self.window = lib, sequences, window
         self.model = lib.llama_model_load_from_file(str(path).encode(), lib.llama_model_default_params())
         params = lib.llama_context_default_params()
-        params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = cells, batch, batch, sequences
-        params.n_threads = params.n_threads_batch = threads
-        params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_DISABLED  # as TinyAgent runs it
-        params.kv_unified = True
+        params.n_ctx, params.n_batch, params.n_ubatch = sequences * window, batch, batch
+        params.n_seq_max = sequences
+        params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        params.kv_unified = unified
         self.ctx = lib.llama_init_from_model(self.model, params)
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
+        self.batch_size = batch
         self.batch = lib.llama_batch_init(batch, 0, 1)
         self.memory = lib.llama_get_memory(self.ctx)
+
+    def threads(self, n: int) -> None:
+        self.lib.llama_set_n_threads(self.ctx, n, n)
 
     def decode(self, rows: list[tuple[int, int, int, bool]]) -> float:
         """rows of (token, position, sequence, logits wanted); seconds of llama_decode."""
@@ -89,6 +97,13 @@ class Raw:
             raise SystemExit(f"llama_decode failed ({code})")
         return time.perf_counter() - started
 
+    def feed(self, tokens: list[int], seq: int, start: int = 0) -> float:
+        seconds = 0.0
+        for at in range(0, len(tokens), self.batch_size):
+            chunk = tokens[at:at + self.batch_size]
+            seconds += self.decode([(t, start + at + i, seq, at + i == len(tokens) - 1) for i, t in enumerate(chunk)])
+        return seconds
+
     def argmax(self, i: int) -> int:
         import numpy as np
 
@@ -101,60 +116,104 @@ class Raw:
         self.lib.llama_model_free(self.model)
 
 
-def measure(lib, path: Path, threads: int, prompt_tokens: int, steps: int, sequences: int, repeats: int) -> dict:
-    """Prompt tokens/s (one batch), decode tokens/s (one sequence), and tokens/s of `sequences` stepped together
-    (each after its own copy of the prompt); medians over `repeats`."""
-    cells = sequences * (prompt_tokens + steps + 8)
-    raw = Raw(lib, path, threads, cells, sequences)
-    prompt = tokens_of(lib, raw.vocab, prompt_tokens)
-    prefill, decode, parallel = [], [], []
-    raw.decode([(t, i, 0, False) for i, t in enumerate(prompt[:8])])  # warm-up (first-touch of the weights)
-    for _ in range(repeats):
-        lib.llama_memory_clear(raw.memory, True)
-        prefill.append(len(prompt) / raw.decode([(t, i, 0, i == len(prompt) - 1) for i, t in enumerate(prompt)]))
+class Measured:
+    """One file under one cache layout: its contexts are read once (sequence 1.. each holds its own text of
+    `context` tokens, sequence 0 is the prompt's), then each round measures the prompt, one sequence's steps,
+    and all sequences' steps together, for one thread count."""
+
+    def __init__(self, lib, path: Path, prompt_tokens: int, context: int, steps: int, sequences: int, flash: bool,
+                 unified: bool):
+        self.raw = Raw(lib, path, max(prompt_tokens, context) + steps + 16, sequences + 1, flash, unified)
+        self.prompt = tokens_of(lib, self.raw.vocab, prompt_tokens)
+        self.contexts = [tokens_of(lib, self.raw.vocab, context, offset=s) for s in range(sequences)]
+        self.steps, self.sequences = steps, sequences
+        for s, tokens in enumerate(self.contexts, 1):
+            self.raw.feed(tokens, s)
+
+    def round(self, threads: int) -> tuple[float, float, float]:
+        """(prompt tokens/s, decode tokens/s, tokens/s of all sequences stepped together)."""
+        raw, lib = self.raw, self.raw.lib
+        raw.threads(threads)
+        lib.llama_memory_seq_rm(raw.memory, 0, -1, -1)
+        prompt_rate = len(self.prompt) / raw.feed(self.prompt, 0)
         token, seconds = raw.argmax(-1), 0.0
-        for k in range(steps):
-            seconds += raw.decode([(token, len(prompt) + k, 0, True)])
+        for k in range(self.steps):
+            seconds += raw.decode([(token, len(self.prompt) + k, 0, True)])
             token = raw.argmax(0)
-        decode.append(steps / seconds)
-        lib.llama_memory_seq_rm(raw.memory, 0, len(prompt) - 1, -1)
-        for s in range(1, sequences):  # each sequence holds the prompt (cells shared, as kept conversations are)
-            lib.llama_memory_seq_rm(raw.memory, s, -1, -1)
-            lib.llama_memory_seq_cp(raw.memory, 0, s, 0, len(prompt) - 1)
-        raw.decode([(prompt[-1], len(prompt) - 1, s, True) for s in range(sequences)])
-        last = [raw.argmax(s) for s in range(sequences)]
-        seconds = 0.0
-        for k in range(steps):
-            seconds += raw.decode([(last[s], len(prompt) + k, s, True) for s in range(sequences)])
-            last = [raw.argmax(s) for s in range(sequences)]
-        parallel.append(sequences * steps / seconds)
-    size = lib.llama_model_size(raw.model)
-    raw.close()
-    return {"prompt_tok_s": round(statistics.median(prefill), 1), "decode_tok_s": round(statistics.median(decode), 1),
-            "parallel_tok_s": round(statistics.median(parallel), 1), "weight_mb": round(size / 1e6, 1)}
+        decode_rate = self.steps / seconds
+        lib.llama_memory_seq_rm(raw.memory, 0, -1, -1)
+        last, seconds = [c[-1] for c in self.contexts], 0.0
+        for k in range(self.steps):
+            seconds += raw.decode([(last[s], len(c) + k, s + 1, True) for s, c in enumerate(self.contexts)])
+            last = [raw.argmax(s) for s in range(self.sequences)]
+        for s, c in enumerate(self.contexts, 1):  # back to the contexts alone for the next round
+            lib.llama_memory_seq_rm(raw.memory, s, len(c), -1)
+        return prompt_rate, decode_rate, self.sequences * self.steps / seconds
 
 
-def measure_model(path: Path, threads: int, prompt_tokens: int, steps: int, repeats: int) -> dict:
-    """The same prompt and steps through LlamaCppModel.generate: prompt tokens/s of a call that decodes one
-    token, and decode tokens/s of a call forced to `steps` tokens (its prompt time taken out)."""
+def measure(lib, configs: list[tuple[str, Path, bool, bool]], threads: list[int], args) -> list[dict]:
+    """Every (weights, file, flash, unified) configuration at every thread count, round by round in turn (so
+    the machine's load hits all alike); medians over the rounds."""
+    made = {key: Measured(lib, path, args.prompt_tokens, args.context, args.steps, args.sequences, flash, unified)
+            for key, path, flash, unified in configs}
+    rates: dict = {(key, t): [] for key in made for t in threads}
+    for _ in range(args.repeats):
+        for key, m in made.items():
+            for t in threads:
+                rates[key, t].append(m.round(t))
+                print(f"  {key} {t} threads: {rates[key, t][-1]}", file=sys.stderr)
+    rows = []
+    for (key, t), values in rates.items():
+        raw = made[key].raw
+        rows.append({"weights": key[0], "flash_attn": key[1], "unified_kv": key[2], "threads": t,
+                     "prompt_tok_s": round(statistics.median(v[0] for v in values), 1),
+                     "decode_tok_s": round(statistics.median(v[1] for v in values), 1),
+                     "parallel_tok_s": round(statistics.median(v[2] for v in values), 1),
+                     "weight_mb": round(lib.llama_model_size(raw.model) / 1e6, 1)})
+    for m in made.values():
+        m.raw.close()
+    return rows
+
+
+def overhead(lib, path: Path, threads: int, args) -> dict:
+    """Raw llama.cpp and LlamaCppModel on the same file, threads and prompt (the model's chat prompt, fed raw as
+    token ids), round by round in turn: prompt tokens/s and decode tokens/s of each, and the model's overhead.
+    The model's prompt rate is of a call that decodes one token, its decode rate that of a call forced to
+    `steps` more tokens with the first call's time taken out."""
     from tinyagent.models.llamacpp import LlamaCppModel
     from tinyagent.models.replay import ForceTokens
 
-    model = LlamaCppModel(path, threads=threads, reuse_cache=False, weight_type="file")
-    lib = model.runtime.lib
-    prompt = tokens_of(lib, model.runtime.vocab, prompt_tokens)
-    text = model.runtime.detokenize(prompt) if hasattr(model.runtime, "detokenize") else None
-    messages = [{"role": "user", "content": text or TEXT}]
-    prefill, decode = [], []
+    model = LlamaCppModel(path, threads=threads, reuse_cache=False, weight_type="file", max_batch=1)
+    words = (TEXT * (args.prompt_tokens // 8)).split(" ")
+    low, high = 1, len(words)  # the most words whose chat prompt fits prompt_tokens
+    while low < high:
+        middle = (low + high + 1) // 2
+        fits = model.count_tokens([{"role": "user", "content": " ".join(words[:middle])}]) <= args.prompt_tokens
+        low, high = (middle, high) if fits else (low, middle - 1)
+    messages = [{"role": "user", "content": " ".join(words[:low])}]
+    measured = Measured(lib, path, args.prompt_tokens, 8, args.steps, 1, False, True)
+    measured.prompt = model.encode_prompt(model.render_prompt(messages))
+    measured.raw.threads(threads)
     model.generate(messages, max_new_tokens=1)  # warm-up
-    for _ in range(repeats):
+    raw, mine = [], []
+    for _ in range(args.repeats):
+        prompt_rate, decode_rate, _ = measured.round(threads)
+        raw.append((prompt_rate, decode_rate))
         one = model.generate(messages, max_new_tokens=1)
-        prefill.append(one.prompt_tokens / one.seconds)
-        run_on = ForceTokens([], model.end_token_ids, run_on=True)
-        many = model.generate(messages, max_new_tokens=steps + 1, logits_processor=[run_on])
-        decode.append((many.completion_tokens - 1) / max(many.seconds - one.seconds, 1e-9))
-    return {"model_prompt_tok_s": round(statistics.median(prefill), 1),
-            "model_decode_tok_s": round(statistics.median(decode), 1), "model_prompt_tokens": one.prompt_tokens}
+        many = model.generate(messages, max_new_tokens=args.steps + 1,
+                              logits_processor=[ForceTokens([], model.end_token_ids, run_on=True)])
+        mine.append((one.prompt_tokens / one.seconds, (many.completion_tokens - 1) / (many.seconds - one.seconds)))
+        print(f"  raw {raw[-1]}  LlamaCppModel {mine[-1]}", file=sys.stderr)
+    measured.raw.close()
+    row = {"prompt_tokens": len(measured.prompt),
+           "raw_prompt_tok_s": round(statistics.median(r[0] for r in raw), 1),
+           "raw_decode_tok_s": round(statistics.median(r[1] for r in raw), 1),
+           "model_prompt_tok_s": round(statistics.median(m[0] for m in mine), 1),
+           "model_decode_tok_s": round(statistics.median(m[1] for m in mine), 1),
+           # per round, raw rate / model rate - 1: the model's extra time per token (rounds share the load)
+           "prompt_overhead": round(statistics.median(r[0] / m[0] - 1 for r, m in zip(raw, mine)), 3),
+           "decode_overhead": round(statistics.median(r[1] / m[1] - 1 for r, m in zip(raw, mine)), 3)}
+    return row
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -165,6 +224,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompt-tokens", type=int, default=480)
     parser.add_argument("--steps", type=int, default=32, help="one-token steps per measurement")
     parser.add_argument("--sequences", type=int, default=8)
+    parser.add_argument("--context", type=int, default=480, help="tokens each of the sequences holds before stepping")
+    parser.add_argument("--flash", default="0", help="flash attention: 0, 1 or 0,1 (TinyAgent runs 0)")
+    parser.add_argument("--unified", default="1", help="one KV cache for all sequences: 1, 0 (a stream each), 1,0")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workdir", type=Path, help="keep converted files here (default: a temporary folder)")
     parser.add_argument("--model-too", action="store_true", help="also LlamaCppModel on the same file and settings")
@@ -175,33 +237,42 @@ def main(argv: list[str] | None = None) -> None:
 
         args.model = embedded_gguf_path()
     lib = library()
-    rows = []
+    threads = [int(t) for t in args.threads.split(",")]
     with tempfile.TemporaryDirectory(prefix="llama-raw-") as scratch:
         workdir = args.workdir or Path(scratch)
         workdir.mkdir(parents=True, exist_ok=True)
+        configs = []
         for kind in args.types.split(","):
-            path, convert_s = args.model, None
+            path = args.model
             if kind != "file":
                 path = workdir / f"{args.model.stem}.{kind}.gguf"
                 if not path.is_file():
-                    convert_s = round(quantize(lib, args.model, path, kind, os.cpu_count() or 1), 1)
-            for threads in (int(t) for t in args.threads.split(",")):
-                row = {"weights": kind, "threads": threads, "convert_s": convert_s,
-                       "load_1m": round(os.getloadavg()[0], 2),
-                       **measure(lib, path, threads, args.prompt_tokens, args.steps, args.sequences, args.repeats)}
-                if args.model_too:
-                    row.update(measure_model(path, threads, args.prompt_tokens, args.steps, args.repeats))
-                    row["prompt_overhead"] = round(row["prompt_tok_s"] / row["model_prompt_tok_s"] - 1, 3)
-                    row["decode_overhead"] = round(row["decode_tok_s"] / row["model_decode_tok_s"] - 1, 3)
-                rows.append(row)
-                print(json.dumps(row), file=sys.stderr)
-    head = f"{'weights':8} {'threads':>7} {'MB':>7} {'prompt tok/s':>12} {'decode tok/s':>12} {args.sequences} seqs tok/s"
-    print(f"{args.model.name}, {args.prompt_tokens}-token prompt, {args.steps} steps, median of {args.repeats}\n{head}")
+                    print(f"converting to {kind}: {quantize(lib, args.model, path, kind, os.cpu_count() or 1):.1f} s",
+                          file=sys.stderr)
+            for flash in (int(f) for f in args.flash.split(",")):
+                for unified in (int(u) for u in args.unified.split(",")):
+                    configs.append(((kind, bool(flash), bool(unified)), path, bool(flash), bool(unified)))
+        load = os.getloadavg()[0]
+        if args.model_too:
+            rows = [{"weights": key[0], "threads": t, **overhead(lib, path, t, args)}
+                    for key, path, _, _ in configs for t in threads]
+            for r in rows:
+                r["load_1m"] = [round(load, 2), round(os.getloadavg()[0], 2)]
+                print(json.dumps(r))
+            if args.json:
+                args.json.write_text(json.dumps({"command": " ".join(["python", "bench/llama_raw.py",
+                                                                      *(argv or sys.argv[1:])]), "rows": rows}))
+            return
+        rows = measure(lib, configs, threads, args)
+        for row in rows:
+            row["load_1m"] = [round(load, 2), round(os.getloadavg()[0], 2)]
+    head = (f"{'weights':8} {'flash':>5} {'unified':>7} {'threads':>7} {'MB':>7} {'prompt tok/s':>12} "
+            f"{'decode tok/s':>12} {args.sequences} seqs tok/s")
+    print(f"{args.model.name}: a {args.prompt_tokens}-token prompt, {args.steps} steps; {args.sequences} sequences of "
+          f"{args.context} tokens each stepped together; median of {args.repeats} rounds\n{head}")
     for r in rows:
-        extra = (f"   LlamaCppModel {r['model_prompt_tok_s']} / {r['model_decode_tok_s']} (overhead "
-                 f"{r['prompt_overhead']:+.1%} / {r['decode_overhead']:+.1%})" if "model_decode_tok_s" in r else "")
-        print(f"{r['weights']:8} {r['threads']:7} {r['weight_mb']:7} {r['prompt_tok_s']:12} {r['decode_tok_s']:12} "
-              f"{r['parallel_tok_s']:>12}{extra}")
+        print(f"{r['weights']:8} {r['flash_attn']:5d} {r['unified_kv']:7d} {r['threads']:7} {r['weight_mb']:7} "
+              f"{r['prompt_tok_s']:12} {r['decode_tok_s']:12} {r['parallel_tok_s']:>12}")
     if args.json:
         args.json.write_text(json.dumps({"command": " ".join(["python", "bench/llama_raw.py", *(argv or sys.argv[1:])]),
                                          "model": str(args.model), "rows": rows}, indent=1))

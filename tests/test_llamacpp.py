@@ -77,7 +77,8 @@ def test_the_prompt_and_its_tokens_are_the_transformers_ones(model, embedded_hf)
     assert model.count_tokens(QUESTION) == embedded_hf.count_tokens(QUESTION)
     assert set(model.end_token_ids) >= set(embedded_hf.end_token_ids)
     assert {"<|im_start|>", "<|im_end|>"} <= set(model.control_tokens)
-    assert model.context_window == 8192
+    assert model.context_window == 4096 == 32768 // 8  # MAX_CONTEXT cells split between max_batch conversations
+    assert LlamaCppModel(embedded_gguf_path(), max_batch=1).context_window == 8192  # the file's trained context
 
 
 def test_continues_the_scratchpad_and_counts_what_it_did(model):
@@ -211,17 +212,20 @@ def test_interleaved_conversations_keep_their_own_cache_and_share_their_start(mo
         assert after.cached_tokens >= before.prompt_tokens  # neither conversation lost its cache to the other
 
 
-def test_a_full_cache_drops_the_least_recent_conversation():
-    small = LlamaCppModel(embedded_gguf_path(), context_window=1024, kept_prefixes=4, kv_cells=1024)
-    assert small.runtime.kv_cells == 1024 and LlamaCppModel(embedded_gguf_path(), context_window=1024).runtime.kv_cells == 2048
+def test_a_new_conversation_takes_the_least_recent_sequence():
+    small = LlamaCppModel(embedded_gguf_path(), context_window=1024, kept_prefixes=4, max_batch=1)
+    assert small.runtime.sequences == 4 and small.runtime.kv_cells == 4096
+    with pytest.raises(ValueError, match=r"^4 conversations of context_window 1024 need 4096 kv_cells, more than 2048"):
+        LlamaCppModel(embedded_gguf_path(), context_window=1024, kv_cells=2048, kept_prefixes=4, max_batch=1)
     questions = [[{"role": "system", "content": f"You are assistant number {i}. " * 45},
-                  {"role": "user", "content": "Say hello."}] for i in range(4)]
-    outs = [small.generate(q, max_new_tokens=8) for q in questions]
-    assert sum(o.prompt_tokens for o in outs) > 1024 and all(o.completion_tokens > 0 for o in outs)
-    latest = small.generate(questions[-1], max_new_tokens=8)
+                  {"role": "user", "content": "Say hello."}] for i in range(5)]
+    outs = [small.generate(q, max_new_tokens=8) for q in questions[:4]]
+    assert all(o.completion_tokens > 0 and o.cached_tokens < 10 for o in outs)
+    latest = small.generate(questions[3], max_new_tokens=8)
     assert latest.cached_tokens == latest.prompt_tokens - 2  # kept (the last two are fed again, see chunks)
-    oldest = small.generate(questions[0], max_new_tokens=8)
-    assert oldest.cached_tokens < 10  # dropped to make room: computed again
+    small.generate(questions[4], max_new_tokens=8)  # a fifth conversation: the least recently used goes
+    assert small.generate(questions[1], max_new_tokens=8).cached_tokens == outs[1].prompt_tokens - 2
+    assert small.generate(questions[0], max_new_tokens=8).cached_tokens < 10  # dropped: computed again
 
 
 def test_a_failed_call_drops_its_cache(model, no_reuse):
@@ -257,30 +261,34 @@ import sys
 from tinyagent.config import build_model, load_config
 model = build_model(load_config(sys.argv[1]))
 print("window", model.context_window, model.runtime.batch_size)
-reply = model.generate([{"role": "user", "content": "Say hello. " * 40}], max_new_tokens=300)
-print("short", reply.prompt_tokens > 100, reply.prompt_tokens + reply.completion_tokens <= 256)
-for words in (300, 600):
+for words in (1, 40, 300, 600):
     try:
-        model.generate([{"role": "user", "content": "word " * words}], max_new_tokens=8)
+        reply = model.generate([{"role": "user", "content": "Say hello. " * words}], max_new_tokens=300)
+        print("reply", reply.prompt_tokens + reply.completion_tokens <= model.context_window)
     except ValueError as e:
         print("error", e)
 """
 
 
-@pytest.mark.parametrize("weights", ["file", "auto"])
-def test_a_small_kv_cache_the_config_accepts_works_or_says_why_in_one_line(tmp_path, weights):
+@pytest.mark.parametrize("max_batch, window", [(1, 256), (8, 32)])
+def test_a_small_kv_cache_the_config_accepts_works_or_says_why_in_one_line(tmp_path, max_batch, window):
     """Issue 36: `kv_cells: 256` with a longer prompt aborted the process (GGML_ASSERT n_tokens_all <= n_batch:
-    llama.cpp cuts its batch to the cache). Run in a subprocess, so an abort cannot take pytest with it."""
+    llama.cpp cuts its batch to the cache). Now the cells are each conversation's window (shared by max_batch
+    conversations), a reply stops at it and a longer prompt is a one-line error. Run in a subprocess, so an
+    abort cannot take pytest with it."""
     config = tmp_path / "small.yaml"
     config.write_text(f"model: {{backend: llamacpp, path: '{embedded_gguf_path()}', kv_cells: 256, "
-                      f"weight_type: {weights}}}\n")
+                      f"max_batch: {max_batch}}}\n")
     done = subprocess.run([sys.executable, "-c", SMALL_CACHE, str(config)], capture_output=True, text=True,
                           timeout=600, cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
-    assert lines[:2] == ["window 256 256", "short True True"]
-    assert len(lines) == 4 and all(re.fullmatch(r"error the prompt has \d+ tokens, more than the context window "
-                                                r"of 256 allows", line) for line in lines[2:])
+    assert lines[0] == f"window {window} 256" and len(lines) == 5
+    for line in lines[1:]:
+        assert line == "reply True" or re.fullmatch(r"error the prompt has \d+ tokens, more than the context "
+                                                    rf"window of {window} allows", line), line
+    assert lines[-2:] == [line for line in lines[-2:] if line.startswith("error")]  # 300 and 600 words
+    assert ("reply True" in lines) == (window == 256)
 
 
 # --- constrained decoding, sampling, cancel, threads ------------------------------------------------------

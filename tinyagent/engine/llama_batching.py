@@ -15,10 +15,10 @@ no one else. A request that ends (or fails, or whose caller leaves) gives its
 sequence back at once: kept for its conversation's next call, or dropped after a failure.
 
 A request whose prompt shares at least `SHARE_MIN` more tokens with one still reading it (agents
-started together with one system prompt) waits until that start is in, then shares its cells instead
-of computing it again. When the cache has no free cell, idle kept conversations are dropped, least
-recently used first; when only busy ones are left, the pass is cut to the decoding tokens, and then
-the newest request fails with a one-line error.
+started together with one system prompt) waits until that start is in, then copies it instead of
+computing it again. Each sequence has a stream of cells of its own, as long as the context window, so a
+request that fits the window always has room; a new conversation takes an idle sequence, the least
+recently used first.
 """
 from __future__ import annotations
 
@@ -156,8 +156,10 @@ class LlamaBatcher:
                     return
             try:
                 self._pass()
-            except BaseException:  # a failed pass has failed the requests it fed (see _pass)
+            except BaseException as e:  # noqa: BLE001  (a bug: the calls in flight fail, the thread goes on)
                 log.exception("batched llama.cpp generation failed")
+                for r in self._rows:
+                    self._finish(r, e, keep=False)
             self._rows = [r for r in self._rows if not r.done.is_set()]
 
     def _admit(self) -> None:
@@ -188,10 +190,9 @@ class LlamaBatcher:
     def _reading_its_start(self, request: Request) -> bool:
         if not request.reuse:
             return False
-        have = self.pool.shared(request.ids, leave=2)
-        return any(other.fed < len(other.ids) and
-                   min(common_prefix_length(other.ids, request.ids), len(request.ids) - 2) >= have + SHARE_MIN
-                   for other in self._rows)
+        coming = max((min(common_prefix_length(other.ids, request.ids), len(request.ids) - 2)
+                      for other in self._rows if other.fed < len(other.ids)), default=0)
+        return coming >= SHARE_MIN and coming >= self.pool.shared(request.ids, leave=2) + SHARE_MIN
 
     def _pass(self) -> None:
         """One llama_decode: every decoding request's token, then prompt chunks up to the batch size."""
@@ -201,16 +202,13 @@ class LlamaBatcher:
         rows = [r for r in self._rows if not r.done.is_set()]
         decoding = [r for r in rows if r.decoding]
         plan = self._plan(decoding, [r for r in rows if not r.decoding])
+        if not plan:
+            return
         code = self._decode(plan)
-        while code == 1 and self.pool.evict():
-            code = self._decode(plan)
-        if code == 1 and len(plan) > len(decoding):  # only busy sequences hold cells: prompts wait
-            plan = [(r, 1) for r in decoding]
-            code = self._decode(plan) if plan else 1
-        if code == 1:  # the cache is full of requests in flight: the newest fails, the others go on
-            newest = max((r for r, _ in plan), key=self._rows.index) if plan else rows[-1]
-            self._finish(newest, RuntimeError(f"llama.cpp's KV cache is full ({self.runtime.kv_cells} cells held "
-                                              "by calls in flight; more kv_cells hold more)"), keep=False)
+        if code == 1:  # no free cell in a stream: cannot happen within the context window, but never a hang
+            newest = max((r for r, _ in plan), key=self._rows.index)
+            self._finish(newest, RuntimeError(f"llama.cpp's KV cache is full (a conversation holds "
+                                              f"{self.runtime.context_window} cells)"), keep=False)
             return
         if code != 0:
             error = RuntimeError(f"llama_decode failed (code {code})")

@@ -1,12 +1,14 @@
 """A GGUF file run by llama.cpp (llama-cpp-python's low-level API, the optional `llamacpp` extra).
 
-llama.cpp reads the quantised weights as they are (92 MB for SmolLM2-135M Q4_1, where transformers
-de-quantises them to a 542 MB float32 copy) with its own CPU kernels. `LlamaRuntime` owns one model
-and one context; the context's KV cache holds up to `sequences` conversations as llama.cpp
-sequences (`sequences.py` decides which one a prompt continues). Tokens are fed in chunks of at
-most `PREFILL_CHUNK`; every fed token and every one-token pass is counted here, next to llama.cpp's
-own counters (`perf`). Errors a user can cause (no file, a file llama.cpp cannot read, a prompt
-past the context window) are one-line `ValueError`s / `FileNotFoundError`s.
+llama.cpp reads quantised weights as they are (where transformers de-quantises them to a float32 copy)
+with its own CPU kernels; a file in a type without fast kernels here is converted once (`llama_weights`).
+`LlamaRuntime` owns one model and one context; the context's KV cache holds up to `sequences`
+conversations as llama.cpp sequences (`sequences.py` decides which one a prompt continues,
+`llama_batching.py` steps several together). A pass carries at most `batch_size` tokens (PREFILL_CHUNK,
+or the cache's size when smaller: llama.cpp aborts the process on a longer one); every pass is counted
+here, next to llama.cpp's own counters (`perf`). Errors a user can cause (no file, a file llama.cpp
+cannot read, settings that cannot work together, a prompt past the context window) are one-line
+`ValueError`s / `FileNotFoundError`s.
 """
 from __future__ import annotations
 
@@ -24,8 +26,7 @@ from .cpus import default_threads
 
 INSTALL_HINT = ("the llama.cpp backend needs llama-cpp-python: pip install 'tinyagent[llamacpp]' (its first "
                 "install builds llama.cpp from source: about 10 minutes on 2 cores)")
-MAX_CONTEXT = 32768   # the context window when the file's own is longer (KV cells cost memory up front)
-KV_CELLS_PER_WINDOW = 2  # kept conversations share this many context windows of KV cells (at most MAX_CONTEXT)
+MAX_CONTEXT = 32768   # KV cells of all sequences together by default (they cost memory up front)
 PREFILL_CHUNK = 512   # prompt tokens per llama_decode call (cancel is checked between chunks)
 FLASH_ATTENTION = False  # see docs/engine.md, "llama.cpp": measured both ways
 
@@ -48,8 +49,8 @@ def _library():
     """The llama_cpp module, with its backend initialised once and its C log lines silenced."""
     global _backend_ready
     require_llamacpp()
-    # llama.cpp's own log lines, even its errors ("failed to find a memory slot" when the cache is full, which
-    # make_room then handles): what goes wrong is raised here as an exception with a one-line message
+    # llama.cpp's own log lines, even its errors: what goes wrong is raised here as an exception with a one-line
+    # message
     logging.getLogger("llama-cpp-python").setLevel(logging.CRITICAL + 1)
     import llama_cpp
 
@@ -89,8 +90,12 @@ def chunks(tokens: list[int], size: int = PREFILL_CHUNK) -> list[tuple[int, list
 
 class LlamaRuntime:
     """One GGUF file on llama.cpp: its vocabulary, its chat template, and a KV cache of `sequences`
-    conversations of up to `context_window` tokens each, sharing `kv_cells` cells (default: one window for
-    one sequence, else KV_CELLS_PER_WINDOW windows, at most MAX_CONTEXT unless the window is longer)."""
+    conversations, each in a stream of its own of `context_window` cells (`kv_cells` in all: by default
+    MAX_CONTEXT split between the sequences, or the file's trained context each when that is less).
+
+    A stream per sequence, not one pool of cells for all: in one pool every token attends over every
+    sequence's cells (masked), so one agent's step slows with each conversation kept beside it, and a pass of
+    several agents' tokens costs several times one (measured: docs/engine.md, "llama.cpp")."""
 
     def __init__(self, path: str | os.PathLike, context_window: int | None = None, sequences: int = 1,
                  threads: int | None = None, kv_cells: int | None = None, weight_type: str = "auto"):
@@ -108,19 +113,22 @@ class LlamaRuntime:
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
         trained = lib.llama_model_n_ctx_train(self.model)
-        window = context_window or min(trained, MAX_CONTEXT, kv_cells or MAX_CONTEXT)
-        self.kv_cells = int(kv_cells or (window if sequences <= 1 else
-                                         max(window, min(KV_CELLS_PER_WINDOW * window, MAX_CONTEXT))))
-        if window > self.kv_cells:
-            lib.llama_model_free(self.model)
-            raise ValueError(f"context_window {window} is more than kv_cells {self.kv_cells} can hold: set "
-                             f"kv_cells to at least {window}, or a smaller context_window")
-        self.context_window = int(window)
+        sequences = max(1, sequences)
+        if kv_cells:
+            window = context_window or max(1, kv_cells // sequences)
+            if window * sequences > kv_cells:
+                lib.llama_model_free(self.model)
+                raise ValueError(f"{sequences} conversations of context_window {window} need {window * sequences} "
+                                 f"kv_cells, more than {kv_cells}: set more kv_cells, a smaller context_window, or "
+                                 "a smaller max_batch")
+        else:
+            window = context_window or min(trained, max(256, MAX_CONTEXT // sequences))
+            kv_cells = window * sequences
         ctx_params = lib.llama_context_default_params()
-        ctx_params.n_ctx = self.kv_cells
+        ctx_params.n_ctx = kv_cells
         ctx_params.n_batch = ctx_params.n_ubatch = PREFILL_CHUNK
-        ctx_params.n_seq_max = max(1, sequences)
-        ctx_params.kv_unified = True  # one pool of cells: a shared start (the system prompt) is held once
+        ctx_params.n_seq_max = sequences
+        ctx_params.kv_unified = False  # a stream of cells per sequence (see the class docstring)
         ctx_params.flash_attn_type = (lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if FLASH_ATTENTION
                                       else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED)
         ctx_params.n_threads = ctx_params.n_threads_batch = self.threads
@@ -130,7 +138,9 @@ class LlamaRuntime:
             lib.llama_model_free(self.model)
             raise ValueError(f"{self.path}: llama.cpp could not make a KV cache of {self.kv_cells} cells "
                              "(out of memory? set a smaller context_window or kv_cells)")
-        self.sequences = ctx_params.n_seq_max
+        self.sequences = sequences
+        self.kv_cells = int(lib.llama_n_ctx(self.ctx))  # llama.cpp rounds a stream up to a multiple of 256
+        self.context_window = int(min(window, lib.llama_n_ctx_seq(self.ctx)))
         # llama.cpp takes at most this many tokens per llama_decode: the batch size asked for, or fewer
         # when the cache is smaller (a longer batch aborts the process, so every batch is cut to it)
         self.batch_size = int(lib.llama_n_batch(self.ctx))
@@ -245,9 +255,11 @@ class LlamaRuntime:
         self.lib.llama_memory_seq_rm(self.memory, seq, start, -1)
 
     def copy(self, source: int, target: int, tokens: int) -> None:
-        """Make `target` hold the first `tokens` positions of `source` (cells are shared, not copied)."""
+        """Make `target` hold the first `tokens` positions of `source`: llama.cpp copies a stream whole (at the
+        next pass), then the rest is dropped."""
         self.lib.llama_memory_seq_rm(self.memory, target, 0, -1)
-        self.lib.llama_memory_seq_cp(self.memory, source, target, 0, tokens)
+        self.lib.llama_memory_seq_cp(self.memory, source, target, -1, -1)
+        self.lib.llama_memory_seq_rm(self.memory, target, tokens, -1)
 
     def decode(self, rows: list[tuple[int, int, int, bool]], decoding: int = 0) -> int:
         """One llama_decode of `rows` (token, position, sequence, whether its logits are wanted), at most
@@ -282,19 +294,15 @@ class LlamaRuntime:
         row = self.lib.llama_get_logits_ith(self.ctx, index)
         return np.ctypeslib.as_array(row, shape=(self.n_vocab,)).copy()
 
-    def feed(self, seq: int, tokens: list[int], start: int, make_room=None, cancel=None):
+    def feed(self, seq: int, tokens: list[int], start: int, cancel=None):
         """Feed `tokens` at positions `start`... of sequence `seq` alone; the logits after the last (a numpy
-        row), or None when `cancel` was set between chunks. `make_room()` frees cells of other sequences when
-        the cache is full (False: nothing left to free)."""
+        row), or None when `cancel` was set between chunks."""
         for at, chunk in chunks(tokens, self.batch_size):
             if cancel is not None and cancel.is_set():
                 return None
-            rows = [(token, start + at + i, seq, i == len(chunk) - 1) for i, token in enumerate(chunk)]
-            code = self.decode(rows)
-            while code == 1 and make_room is not None and make_room():
-                code = self.decode(rows)
+            code = self.decode([(token, start + at + i, seq, i == len(chunk) - 1) for i, token in enumerate(chunk)])
             if code != 0:
-                raise RuntimeError(f"llama.cpp's KV cache is full ({self.kv_cells} cells; more kv_cells hold more)"
+                raise RuntimeError(f"llama.cpp's KV cache is full (a conversation holds {self.context_window} cells)"
                                    if code == 1 else f"llama_decode failed (code {code})")
         return self.logits(-1)
 

@@ -1,16 +1,14 @@
 """Which llama.cpp sequence a prompt continues: the kept conversations of one context's KV cache.
 
-llama.cpp keeps several sequences in one cache; a cell may belong to several of them, so a start
-two conversations share (the system prompt, the tools) is computed once and held once. A prompt
-goes to the sequence sharing the longest token prefix with it, as `kept_prefixes.KeptPrefixes`
-decides for transformers:
+Each sequence is a conversation kept between calls. A prompt goes to the sequence sharing the longest
+token prefix with it, as `kept_prefixes.KeptPrefixes` decides for transformers:
 - the same conversation going on (the sequence diverges only in its last `CONTINUATION_TAIL`
   tokens) takes the sequence over, cut back to the shared part;
-- another conversation with the same start gets a free sequence (or the least recently used one)
-  holding the shared part, and the first sequence stays for its owner.
+- another conversation with the same start (the system prompt, the tools) gets a free sequence (or
+  the least recently used one) holding a copy of the shared part, if at least `copy_min` tokens, and
+  the first sequence stays for its owner.
 A sequence a call is generating into is busy: it is never given to another call nor dropped, though
-its start may be shared. When the cache has no free cell, the least recently used idle sequences are
-dropped one by one.
+its start may be copied.
 """
 from __future__ import annotations
 
@@ -26,8 +24,9 @@ class SequencePool:
     cache; the pool tracks the token ids each sequence holds and which are busy. Not thread-safe: one
     thread (the scheduler's) uses it at a time."""
 
-    def __init__(self, size: int, remove: Callable[[int, int], None], copy: Callable[[int, int, int], None]):
-        self.size, self._remove, self._copy = max(1, size), remove, copy
+    def __init__(self, size: int, remove: Callable[[int, int], None], copy: Callable[[int, int, int], None],
+                 copy_min: int = 1):
+        self.size, self._remove, self._copy, self.copy_min = max(1, size), remove, copy, copy_min
         self.held: OrderedDict[int, list[int]] = OrderedDict((seq, []) for seq in range(self.size))  # LRU first
         self.busy: set[int] = set()
         self._forget: set[int] = set()  # busy sequences cleared meanwhile: dropped when released
@@ -50,6 +49,8 @@ class SequencePool:
             target = best
             self._remove(target, shared)
         else:
+            if shared < self.copy_min:  # too little to be worth a copy: computed again
+                best, shared = None, 0
             idle = [seq for seq in self.held if seq not in self.busy and seq != best]
             target = next((seq for seq in idle if not self.held[seq]), idle[0] if idle else None)
             if target is None:
@@ -88,12 +89,3 @@ class SequencePool:
                 self._forget.add(seq)
             else:
                 self.drop(seq)
-
-    def evict(self, keep: int | None = None) -> bool:
-        """Drop the least recently used idle sequence (other than `keep`) that holds anything; False when
-        none does."""
-        seq = next((s for s, kept in self.held.items() if s != keep and kept and s not in self.busy), None)
-        if seq is None:
-            return False
-        self.drop(seq)
-        return True

@@ -28,9 +28,10 @@ from ..format.messages import Message
 from ..format.tool_formats import detect_format, template_takes_tools
 from ..text import StopHoldback, TextCallback, trim_at_stop
 from .base import Completion
-from .local import DEFAULT_GENERATION, END_OF_TURN_TOKENS, KEPT_PREFIXES, LocalChatModel
+from .local import DEFAULT_GENERATION, END_OF_TURN_TOKENS, LocalChatModel
 
-MAX_BATCH = 8  # calls generated together by default (the transformers batcher's too)
+MAX_BATCH = 8  # calls generated together by default (the transformers batcher's too), each in a sequence of its own
+COPY_MIN = 32  # tokens a new conversation must share with a kept one to copy its stream rather than compute them
 
 
 class Vocabulary:
@@ -60,26 +61,27 @@ class Vocabulary:
 class LlamaCppModel(LocalChatModel):
     """`LlamaCppModel("model.gguf")`: any GGUF chat model llama.cpp runs (see the module docstring).
 
-    `context_window`: tokens of one conversation (default the file's trained context, at most
-    `llama_runtime.MAX_CONTEXT`); `kv_cells`: the KV cache the kept conversations share (see `LlamaRuntime`);
-    `threads`: CPU threads (default: the free physical cores, `engine.cpus`); `max_batch`: calls generated
-    together (more wait for a place); `weight_type`: "auto" (convert a file with no fast kernels here, once),
-    "file" (its own weights), or a type ("q8_0", "q4_0", "f16", "bf16"); `seed`: of the sampler when
-    `temperature` > 0.
+    `max_batch`: calls generated together (more wait for a place); each has a sequence of the KV cache, and
+    those sequences (at least `kept_prefixes`) keep their conversations between calls. `context_window`:
+    tokens of one conversation (default: `llama_runtime.MAX_CONTEXT` cells split between the sequences, at
+    most the file's trained context); `kv_cells`: all sequences' cells together (see `LlamaRuntime`);
+    `threads`: CPU threads (default: the free physical cores, `engine.cpus`); `weight_type`: "auto" (a file
+    with no fast kernels here is converted once), "file" (its own weights), or a type ("q8_0", "q4_0",
+    "f16", "bf16"); `seed`: of the sampler when `temperature` > 0.
     """
 
     provider = "llama.cpp"
     model_id = property(lambda self: self.runtime.path.name)
 
     def __init__(self, path: str | os.PathLike, context_window: int | None = None, threads: int | None = None,
-                 reuse_cache: bool = True, kept_prefixes: int = KEPT_PREFIXES, kv_cells: int | None = None,
+                 reuse_cache: bool = True, kept_prefixes: int | None = None, kv_cells: int | None = None,
                  seed: int = 0, max_batch: int | None = None, weight_type: str = "auto", **generation_defaults):
         import numpy as np
 
         max_batch = MAX_BATCH if max_batch is None else max_batch
         if not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be a positive whole number, not {max_batch!r}")
-        sequences = max(kept_prefixes, max_batch) if reuse_cache else max_batch
+        sequences = max(kept_prefixes or 0, max_batch) if reuse_cache else max_batch
         self.runtime = LlamaRuntime(path, context_window, sequences, threads, kv_cells, weight_type)
         template = self.runtime.chat_template()
         if not template:
@@ -94,7 +96,7 @@ class LlamaCppModel(LocalChatModel):
         self.context_window = self.runtime.context_window
         self.generation_defaults = {**DEFAULT_GENERATION, **generation_defaults}
         self._reuse = reuse_cache
-        self._pool = SequencePool(self.runtime.sequences, self.runtime.remove, self.runtime.copy)
+        self._pool = SequencePool(self.runtime.sequences, self.runtime.remove, self.runtime.copy, COPY_MIN)
         self._batcher = LlamaBatcher(self.runtime, self._pool, max_batch)
         self._vocab = Vocabulary.of(self.runtime)
         self._rng = np.random.default_rng(seed)  # drawn from by the batcher's one thread only
