@@ -136,11 +136,11 @@ class Measured:
         raw.threads(threads)
         lib.llama_memory_seq_rm(raw.memory, 0, -1, -1)
         prompt_rate = len(self.prompt) / raw.feed(self.prompt, 0)
-        token, seconds = raw.argmax(-1), 0.0
-        for k in range(self.steps):
-            seconds += raw.decode([(token, len(self.prompt) + k, 0, True)])
+        token, started = raw.argmax(-1), time.perf_counter()
+        for k in range(self.steps):  # a step is a pass and the choice from its logits row, as any caller's
+            raw.decode([(token, len(self.prompt) + k, 0, True)])
             token = raw.argmax(0)
-        decode_rate = self.steps / seconds
+        decode_rate = self.steps / (time.perf_counter() - started)
         lib.llama_memory_seq_rm(raw.memory, 0, -1, -1)
         last, seconds = [c[-1] for c in self.contexts], 0.0
         for k in range(self.steps):
@@ -178,8 +178,8 @@ def measure(lib, configs: list[tuple[str, Path, bool, bool]], threads: list[int]
 def overhead(lib, path: Path, threads: int, args) -> dict:
     """Raw llama.cpp and LlamaCppModel on the same file, threads and prompt (the model's chat prompt, fed raw as
     token ids), round by round in turn: prompt tokens/s and decode tokens/s of each, and the model's overhead.
-    The model's prompt rate is of a call that decodes one token, its decode rate that of a call forced to
-    `steps` more tokens with the first call's time taken out."""
+    Both count a step as the pass and the choice of the next token."""
+    from tinyagent.engine.llama_runtime import FLASH_ATTENTION
     from tinyagent.models.llamacpp import LlamaCppModel
     from tinyagent.models.replay import ForceTokens
 
@@ -191,18 +191,31 @@ def overhead(lib, path: Path, threads: int, args) -> dict:
         fits = model.count_tokens([{"role": "user", "content": " ".join(words[:middle])}]) <= args.prompt_tokens
         low, high = (middle, high) if fits else (low, middle - 1)
     messages = [{"role": "user", "content": " ".join(words[:low])}]
-    measured = Measured(lib, path, args.prompt_tokens, 8, args.steps, 1, False, True)
+    measured = Measured(lib, path, args.prompt_tokens, 8, args.steps, 1, FLASH_ATTENTION, False)  # as TinyAgent runs it
     measured.prompt = model.encode_prompt(model.render_prompt(messages))
     measured.raw.threads(threads)
+    class Clock:
+        """A logits processor noting when each token's logits reach TinyAgent's chooser."""
+
+        def __init__(self):
+            self.times: list[float] = []
+
+        def __call__(self, ids, scores):
+            self.times.append(time.perf_counter())
+            return scores
+
     model.generate(messages, max_new_tokens=1)  # warm-up
     raw, mine = [], []
     for _ in range(args.repeats):
         prompt_rate, decode_rate, _ = measured.round(threads)
         raw.append((prompt_rate, decode_rate))
-        one = model.generate(messages, max_new_tokens=1)
-        many = model.generate(messages, max_new_tokens=args.steps + 1,
-                              logits_processor=[ForceTokens([], model.end_token_ids, run_on=True)])
-        mine.append((one.prompt_tokens / one.seconds, (many.completion_tokens - 1) / (many.seconds - one.seconds)))
+        clock, started = Clock(), time.perf_counter()
+        done = model.generate(messages, max_new_tokens=args.steps + 1,
+                              logits_processor=[clock, ForceTokens([], model.end_token_ids, run_on=True)])
+        # the prompt: from the call to its first logits (rendering and tokenizing included); a step: from one
+        # token's logits to the next's (the pass, the chooser, the stop check, the batcher's bookkeeping)
+        mine.append((done.prompt_tokens / (clock.times[0] - started),
+                     (len(clock.times) - 1) / (clock.times[-1] - clock.times[0])))
         print(f"  raw {raw[-1]}  LlamaCppModel {mine[-1]}", file=sys.stderr)
     measured.raw.close()
     row = {"prompt_tokens": len(measured.prompt),
@@ -226,7 +239,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sequences", type=int, default=8)
     parser.add_argument("--context", type=int, default=480, help="tokens each of the sequences holds before stepping")
     parser.add_argument("--flash", default="0", help="flash attention: 0, 1 or 0,1 (TinyAgent runs 0)")
-    parser.add_argument("--unified", default="1", help="one KV cache for all sequences: 1, 0 (a stream each), 1,0")
+    parser.add_argument("--unified", default="0", help="one KV cache for all sequences: 1, 0 (a stream each, as "
+                        "TinyAgent runs it), 1,0")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workdir", type=Path, help="keep converted files here (default: a temporary folder)")
     parser.add_argument("--model-too", action="store_true", help="also LlamaCppModel on the same file and settings")
