@@ -20,10 +20,12 @@ import contextlib
 import sys
 from pathlib import Path
 
-from tinyagent import cli, options, report
+from tinyagent.cli import commands as cli
+from tinyagent.cli import options
+from tinyagent.cli import report
 from tinyagent.config import build_agent, build_tools, close_tools
 from tinyagent.models.embedded import NOTICE as EMBEDDED_NOTICE
-from tinyagent.trace import TraceWriter
+from tinyagent.traces import TraceWriter
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "default.yaml"
 CONVERSATIONS = [

@@ -16,13 +16,13 @@ import sys
 import threading
 import time
 
-from recorded import EpisodeError
+from recorded import PROTOCOL, EpisodeError
 from runtimes import batching, decode_steps, fed_tokens, shared_tokens
 
 from tinyagent import Agent
 from tinyagent.format.prompts import STOP_WORDS
-from tinyagent.models.base import BaseModel, Completion
-from tinyagent.models.replay import ForceTokens, RecordedReply, reply_ids
+from tinyagent.models.model import BaseModel, Reply
+from replay import ForceTokens, RecordedReply, reply_ids
 
 
 class ForcedReplies(BaseModel):
@@ -35,7 +35,7 @@ class ForcedReplies(BaseModel):
         self.transcript_tokens = 0  # the latest prompt and its reply: the lower bound of this agent's run
         self.decoded = 0            # reply tokens of all its calls: one forward pass each, one after another
 
-    def generate(self, messages, stop=None, **ignored) -> Completion:
+    def generate(self, messages, stop=None, **ignored) -> Reply:
         reply = self.replies.pop(0)
         prompt_text = self.model.render_prompt(messages)
         prompt_ids = self.model.encode_prompt(prompt_text)
@@ -57,7 +57,7 @@ def run_agents(model, episodes: list, tools_of, agents: int, max_new_tokens: int
 
     def run(i: int) -> None:
         episode = runs[i]
-        agent = Agent(replays[i], tools_of(episode), lang=episode.lang, max_turns=len(episode.steps))
+        agent = Agent(replays[i], tools_of(episode), PROTOCOL, lang=episode.lang, max_turns=len(episode.steps))
         try:
             results[i] = agent.run(episode.question)
         except Exception as e:  # noqa: BLE001  (reported below)

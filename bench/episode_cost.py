@@ -2,7 +2,7 @@
 
 Replay (the headline figures): recorded episodes (bench/episodes/*.jsonl) run through the real
 `Agent` on a `ReplayModel`, which forces each recorded reply token by token through the model's own
-`generate` (tinyagent/models/replay.py), so every step costs what generating it costs, whatever the
+`generate` (bench/replay.py), so every step costs what generating it costs, whatever the
 weights would have chosen. Strategies, alternating per episode on the same weights:
   original   no stop strings, full prompt every step: the invented continuation is decoded, then cut
   stop       stop strings, full prompt every step
@@ -33,7 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this repository's tinyagent, installed or not
 
 from concurrency import concurrency_report, print_concurrency  # next to this file
-from recorded import EPISODES, Episode, EpisodeError, episode_tools, load_episodes
+from recorded import EPISODES, PROTOCOL, Episode, EpisodeError, episode_tools, load_episodes
 from runtimes import (
     BACKENDS,
     MODES,
@@ -46,10 +46,10 @@ from runtimes import (
     weight_bytes,
 )
 
-from tinyagent import Agent
+from tinyagent import Agent, ReAct
 from tinyagent.format.prompts import STOP_WORDS
-from tinyagent.models.base import BaseModel
-from tinyagent.models.replay import ReplayModel
+from tinyagent.models.model import BaseModel
+from replay import ReplayModel
 
 QUICK_EPISODES = ("en-speed-of-light", "zh-shopping-total")
 
@@ -61,7 +61,7 @@ def replay_episode(episode: Episode, mode: str, model, max_new_tokens: int) -> d
     if mode == "tinyagent":
         model.reset_cache()  # each episode is a fresh run: no reuse of the previous episode's prompt
     replay = ReplayModel(model, episode.replies(), use_stop=mode != "original", max_new_tokens=max_new_tokens)
-    agent = Agent(replay, episode_tools(episode), lang=episode.lang, max_turns=len(episode.steps))
+    agent = Agent(replay, episode_tools(episode), PROTOCOL, lang=episode.lang, max_turns=len(episode.steps))
     started = time.perf_counter()
     result = agent.run(episode.question)
     wall = time.perf_counter() - started - replay.counts.overhead_seconds
@@ -154,14 +154,15 @@ def run_live(model, episodes: list[Episode], max_new_tokens: int, constrained: b
     """The episodes' questions answered freely: what the model really did under each strategy."""
     variants = {"tinyagent": ({}, "tinyagent"), "original": ({}, "original")}
     if constrained:
-        variants["constrained"] = ({"constrained": True}, "tinyagent")
+        variants["constrained"] = ({"protocol": ReAct(working_first=False, constrained=True)}, "tinyagent")
     models = strategy_models(model)
     rows = []
     for episode in episodes:
         for variant, (extra, mode) in variants.items():
             models[mode].reset_cache()
             llm = WithoutStop(models[mode]) if variant == "original" else models[mode]
-            agent = Agent(llm, episode_tools(episode), lang=episode.lang, max_new_tokens=max_new_tokens, **extra)
+            agent = Agent(llm, episode_tools(episode), **{"protocol": PROTOCOL, **extra}, lang=episode.lang,
+                          max_new_tokens=max_new_tokens)
             result = agent.run(episode.question)
             kinds = [s.kind for s in result.steps]
             rows.append({"episode": episode.id, "variant": variant, "steps": len(result.steps), "kinds": kinds,
@@ -232,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
                         "no fast kernels), file (its own), q8_0, q4_0, f16, bf16")
     parser.add_argument("--max-new-tokens", type=int, default=512)
     parser.add_argument("--live", action="store_true", help="also answer the questions freely")
-    parser.add_argument("--constrained", action="store_true", help="live: add Agent(constrained=True)")
+    parser.add_argument("--constrained", action="store_true", help="live: add ReAct(constrained=True)")
     parser.add_argument("--no-replay", action="store_true", help="live only")
     parser.add_argument("--bandwidth-gbs", type=float, help="the device's memory bandwidth (default: measured copy)")
     parser.add_argument("--concurrency", type=int, metavar="N",

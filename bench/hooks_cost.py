@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from tinyagent import Agent, BaseModel, Completion
+from tinyagent import Agent, BaseModel, ReAct, Reply
 from tinyagent.agent.approval import Verdict
 from tinyagent.agent.hooks import Hooks
 from tinyagent.tools import Calculator
@@ -23,7 +23,7 @@ class Scripted(BaseModel):
     """Answers the two replies in turn, with usage counts, instantly."""
 
     def generate(self, messages, stop=None, **kwargs):
-        return Completion(REPLIES[messages[-1]["role"] == "assistant"], prompt_tokens=100, completion_tokens=10)
+        return Reply(REPLIES[messages[-1]["role"] == "assistant"], prompt_tokens=100, completion_tokens=10)
 
 
 def modes() -> dict:
@@ -51,7 +51,8 @@ def main() -> None:
     exporter = settings.pop("_exporter")
     model, tool = Scripted(), Calculator()
     # tool_timeout=None: the calculator runs in this thread, so a worker thread's start is not in the figure
-    agents = {name: Agent(model, [tool], tool_timeout=None, **kwargs) for name, kwargs in settings.items()}
+    agents = {name: Agent(model, [tool], ReAct(working_first=False), tool_timeout=None, **kwargs)
+              for name, kwargs in settings.items()}
     per_run: dict[str, list[float]] = {name: [] for name in agents}
     for _ in range(args.rounds):
         for name, agent in agents.items():

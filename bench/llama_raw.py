@@ -181,7 +181,7 @@ def overhead(lib, path: Path, threads: int, args) -> dict:
     Both count a step as the pass and the choice of the next token."""
     from tinyagent.engine.llama_runtime import FLASH_ATTENTION
     from tinyagent.models.llamacpp import LlamaCppModel
-    from tinyagent.models.replay import ForceTokens
+    from replay import ForceTokens  # next to this file
 
     model = LlamaCppModel(path, threads=threads, reuse_cache=False, weight_type="file", max_batch=1)
     words = (TEXT * (args.prompt_tokens // 8)).split(" ")

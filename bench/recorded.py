@@ -1,5 +1,6 @@
 """The recorded episodes every bench script replays: their file format, the tools each offers, and the
-texts a random checkpoint's tokenizer is trained on. A leaf of bench/: it imports no other bench script."""
+texts a random checkpoint's tokenizer is trained on, and the protocol they were recorded in. Of bench/, it
+imports only replay.py."""
 from __future__ import annotations
 
 import functools
@@ -7,14 +8,19 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from replay import RecordedReply
+
+from tinyagent import ReAct
 from tinyagent.format.prompts import build_system_prompt
-from tinyagent.models.replay import RecordedReply
-from tinyagent.tools.base import ToolError
 from tinyagent.tools.calculator import Calculator
 from tinyagent.tools.google_search import GoogleSearch, format_results
+from tinyagent.tools.corpus import DEFAULT_CORPUS, load_corpus
 from tinyagent.tools.local_search import LocalSearch
+from tinyagent.tools.tool import ToolError
 
 EPISODES = Path(__file__).parent / "episodes"
+#: The episodes are ReAct from the first reply (recorded before the working first): replayed as they were.
+PROTOCOL = ReAct(working_first=False)
 
 
 class EpisodeError(ValueError):
@@ -86,5 +92,5 @@ def tokenizer_texts(episodes: list[Episode]) -> list[str]:
     for e in episodes:
         texts += [e.question, e.answer, *e.search_pages()]
         texts += [s["reply"] + s.get("continuation", "") for s in e.steps]
-    texts += [d.text for d in local_search().corpus.documents]
+    texts += [d.text for d in load_corpus(DEFAULT_CORPUS)]
     return texts

@@ -26,9 +26,9 @@ from recorded import EPISODES, episode_tools, load_episodes  # next to this file
 from tinyagent import Agent
 from tinyagent.engine.llama_runtime import LlamaRuntime
 from tinyagent.engine.prefix_cache import common_prefix_length
-from tinyagent.models.base import BaseModel, Completion
+from tinyagent.models.model import BaseModel, Reply
 from tinyagent.models.llamacpp import LlamaCppModel
-from tinyagent.models.replay import reply_ids
+from replay import reply_ids  # next to this file
 
 
 def transcripts(model: LlamaCppModel, episodes) -> list[tuple[list[int], list[int]]]:
@@ -44,7 +44,7 @@ def transcripts(model: LlamaCppModel, episodes) -> list[tuple[list[int], list[in
             prompt = model.render_prompt(messages)
             ids = model.encode_prompt(prompt)
             steps.append((ids, reply_ids(model, prompt, ids, text)))
-            return Completion(text)
+            return Reply(text)
 
     for episode in episodes:
         agent = Agent(Recorded(episode.replies()), episode_tools(episode), lang=episode.lang,

@@ -2,13 +2,19 @@
 from __future__ import annotations
 
 import signal
+import sys
+from pathlib import Path
 
 import pytest
 
-from tinyagent import BaseModel, Completion
+from tinyagent import BaseModel, Reply
 from tinyagent.format.prompts import THOUGHT_LEAD
-from tinyagent.secrets import secret_scope
+from tinyagent.redaction import secret_scope
 from tinyagent.text import trim_at_stop
+
+# bench/ (not a package) holds ReplayModel and the recorded episodes that some tests drive; its scripts import
+# each other by plain name, so the folder goes on the path, after everything else
+sys.path.append(str(Path(__file__).resolve().parents[1] / "bench"))
 
 # A shell without job control starts background commands with SIGINT ignored, and an ignored signal
 # stays ignored in every child: the Ctrl-C tests' processes would never see their SIGINT. Catching it
@@ -48,8 +54,17 @@ class ScriptedModel(BaseModel):
             raise AssertionError("ScriptedModel ran out of replies")
         text = trim_at_stop(continuing(messages, self.replies.pop(0)), stop)
         if self.usage:
-            return Completion(text, prompt_tokens=self.usage[0], completion_tokens=self.usage[1])
+            return Reply(text, prompt_tokens=self.usage[0], completion_tokens=self.usage[1])
         return text
+
+
+def built_as(model):
+    """A stand-in for `config.build_model` that gives `model`, which then says of itself what the configured
+    model would (the embedded one prefers constrained decoding, so its config runs ReAct steps)."""
+    def build(cfg):
+        model.prefers_constrained = cfg.model.backend == "embedded"
+        return model
+    return build
 
 
 @pytest.fixture

@@ -7,8 +7,11 @@ import threading
 
 from conftest import ScriptedModel
 
-from tinyagent.agent import Agent
-from tinyagent.tools.base import tool
+from tinyagent.agent import Agent, ReAct
+from tinyagent.tools.tool import tool
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 PAUSE = object()   # in a reply given as chunks: wait here until the test calls `model.resume.release()`
 WAIT_S = 30        # how long a scripted model waits for the test before failing the run
@@ -43,4 +46,4 @@ def lookup(name: str) -> str:
 
 def agents_of(model, tools=(lookup,)):
     """The page's agent factory: one Agent per browser session, all on `model`."""
-    return lambda **callbacks: Agent(model, tools=list(tools), max_turns=3, **callbacks)
+    return lambda **callbacks: Agent(model, tools=list(tools), max_turns=3, **callbacks, protocol=CLASSIC)

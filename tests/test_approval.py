@@ -7,12 +7,15 @@ import json
 import pytest
 from conftest import ScriptedModel
 
-from tinyagent import Agent, StepKind, StopReason, tool
+from tinyagent import Agent, ReAct, StepKind, StopReason, tool
 from tinyagent.agent.approval import Approver, Policy, Verdict
 from tinyagent.eval.harness import score_run, summarize
 from tinyagent.eval.scoring import SuiteItem
 from tinyagent.tools import Calculator
-from tinyagent.trace import TraceWriter
+from tinyagent.traces import TraceWriter
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 WRITES: list[dict] = []
 
@@ -52,7 +55,7 @@ class Asker:
 def test_run_lets_the_call_through_and_the_callable_sees_tool_arguments_step_and_run():
     ask = Asker(Verdict.run())
     model = ScriptedModel([call("a.txt"), "Final Answer: done"])
-    result = Agent(model, [write_file], approve=ask).run("Write hello to a.txt")
+    result = Agent(model, [write_file], approve=ask, protocol=CLASSIC).run("Write hello to a.txt")
     (request,) = ask.requests
     assert request.tool is write_file and request.name == "write_file"
     assert request.arguments == {"path": "a.txt", "text": "hello"} and request.problem is None
@@ -66,7 +69,7 @@ def test_run_lets_the_call_through_and_the_callable_sees_tool_arguments_step_and
 def test_always_is_asked_once_per_tool():
     ask = Asker(Verdict.always())
     model = ScriptedModel([call("a.txt"), call("b.txt"), call("c.txt"), "Final Answer: done"])
-    agent = Agent(model, [write_file, Calculator()], approve=ask)
+    agent = Agent(model, [write_file, Calculator()], approve=ask, protocol=CLASSIC)
     result = agent.run("Write three files")
     assert len(ask.requests) == 1 and [w["path"] for w in WRITES] == ["a.txt", "b.txt", "c.txt"]
     assert [s.kind for s in result.steps[:3]] == [StepKind.ACTION] * 3
@@ -77,7 +80,7 @@ def test_always_is_asked_once_per_tool():
 def test_an_edit_that_does_not_fit_is_asked_again_with_the_problem_then_a_good_one_runs():
     ask = Asker(Verdict.edit({"path": "b.txt"}), Verdict.edit('{"path": "b.txt", text: "bye",}'))  # json5, as a model
     model = ScriptedModel([call("a.txt"), "Final Answer: done"])
-    result = Agent(model, [write_file], approve=ask).run("Write hello to a.txt")
+    result = Agent(model, [write_file], approve=ask, protocol=CLASSIC).run("Write hello to a.txt")
     first, second = ask.requests
     assert first.problem is None and second.problem.startswith("bad Action Input for write_file: missing required")
     assert second.arguments == {"path": "a.txt", "text": "hello"}   # still the model's, until an edit fits
@@ -92,7 +95,7 @@ def test_an_edit_that_does_not_fit_is_asked_again_with_the_problem_then_a_good_o
 def test_edits_that_never_fit_end_in_a_refusal_after_edit_rounds():
     ask = Asker(*[Verdict.edit({"path": 3, "text": "x"})] * 2)
     model = ScriptedModel([call("a.txt"), "Final Answer: gave up"])
-    result = Agent(model, [write_file], approve=Approver(ask, edit_rounds=2)).run("Write")
+    result = Agent(model, [write_file], approve=Approver(ask, edit_rounds=2), protocol=CLASSIC).run("Write")
     assert len(ask.requests) == 2 and WRITES == []
     step = result.steps[0]
     assert step.kind == StepKind.REFUSED and step.error.startswith("the edited arguments did not fit 2 times (")
@@ -101,7 +104,7 @@ def test_edits_that_never_fit_end_in_a_refusal_after_edit_rounds():
 def test_refuse_gives_the_model_the_reason_and_the_tool_never_runs():
     ask = Asker(Verdict.refuse("not in my home folder"), Verdict.run())
     model = ScriptedModel([call("/etc/passwd"), call("/etc/passwd"), "Final Answer: done"])
-    result = Agent(model, [write_file], approve=ask).run("Write it")
+    result = Agent(model, [write_file], approve=ask, protocol=CLASSIC).run("Write it")
     refused, again = result.steps[:2]
     assert refused.kind == StepKind.REFUSED and refused.error == "not in my home folder"
     assert refused.kind.format_valid and not refused.kind.format_error
@@ -113,14 +116,14 @@ def test_refuse_gives_the_model_the_reason_and_the_tool_never_runs():
 
 def test_refusals_are_in_chinese_for_a_chinese_question():
     model = ScriptedModel([call("a.txt"), "Final Answer: 好"])
-    result = Agent(model, [write_file], approve=lambda r: Verdict.refuse("不行")).run("写一个文件")
+    result = Agent(model, [write_file], approve=lambda r: Verdict.refuse("不行"), protocol=CLASSIC).run("写一个文件")
     assert result.steps[0].observation.startswith("对 write_file 的调用被拒绝，没有执行：不行")
 
 
 def test_a_repeat_of_an_approved_call_is_refused_as_a_repeat_without_asking():
     ask = Asker(Verdict.run())
     model = ScriptedModel([call("a.txt"), call("a.txt"), "Final Answer: done"])
-    result = Agent(model, [write_file], approve=ask).run("Write")
+    result = Agent(model, [write_file], approve=ask, protocol=CLASSIC).run("Write")
     assert [s.kind for s in result.steps[:2]] == [StepKind.ACTION, StepKind.REPEATED_CALL] and len(ask.requests) == 1
 
 
@@ -129,7 +132,7 @@ def test_the_policy_runs_refuses_or_asks_per_tool():
     model = ScriptedModel([call("a.txt"), 'Action: calculator\nAction Input: {"expression": "2+2"}',
                            "Final Answer: done"])
     policy = {"write_file": "never", "calculator": "ask"}
-    result = Agent(model, [write_file, Calculator()], approve=Approver(ask, policy, default="always")).run("Go")
+    result = Agent(model, [write_file, Calculator()], approve=Approver(ask, policy, default="always"), protocol=CLASSIC).run("Go")
     assert [s.kind for s in result.steps] == [StepKind.REFUSED, StepKind.ACTION, StepKind.FINAL_ANSWER]
     assert result.steps[0].error == "calls to write_file are not allowed here" and WRITES == []
     assert [r.name for r in ask.requests] == ["calculator"] and result.steps[1].observation == "4"
@@ -137,7 +140,7 @@ def test_the_policy_runs_refuses_or_asks_per_tool():
 
 def test_asking_with_no_one_to_ask_refuses_and_says_so():
     model = ScriptedModel([call("a.txt"), "Final Answer: done"])
-    result = Agent(model, [write_file], approve=Approver(None, {"write_file": "ask"})).run("Go")
+    result = Agent(model, [write_file], approve=Approver(None, {"write_file": "ask"}), protocol=CLASSIC).run("Go")
     assert result.steps[0].kind == StepKind.REFUSED and WRITES == []
     assert result.steps[0].error == "write_file needs approval and no one is here to approve it"
 
@@ -146,7 +149,7 @@ def test_asking_with_no_one_to_ask_refuses_and_says_so():
     (lambda: Approver(policy={"write_file": "sometimes"}), "approval policy for write_file: 'sometimes' is not one"),
     (lambda: Approver(default="maybe"), "approval policy for default: 'maybe'"),
     (lambda: Approver(edit_rounds=0), "edit_rounds must be a whole number of at least 1"),
-    (lambda: Agent(ScriptedModel([]), approve="yes"), "approve must be a callable"),
+    (lambda: Agent(ScriptedModel([]), approve="yes", protocol=CLASSIC), "approve must be a callable"),
 ])
 def test_bad_settings_are_refused_at_once(make, message):
     with pytest.raises((ValueError, TypeError), match=message):
@@ -155,7 +158,7 @@ def test_bad_settings_are_refused_at_once(make, message):
 
 def test_an_answer_that_is_not_a_verdict_ends_the_run_as_a_hook_error():
     model = ScriptedModel([call("a.txt"), "Final Answer: never"])
-    result = Agent(model, [write_file], approve=lambda request: True).run("Go")
+    result = Agent(model, [write_file], approve=lambda request: True, protocol=CLASSIC).run("Go")
     assert result.stop_reason == StopReason.HOOK_ERROR and not result.finished and WRITES == []
     assert result.error.startswith("the hook Approver.before_tool raised TypeError: an approver must answer with a "
                                    "Verdict")
@@ -167,7 +170,7 @@ def test_refused_and_edited_calls_are_counted_by_eval_and_written_to_the_trace(t
     model = ScriptedModel([call("a.txt"), call("c.txt"), "Final Answer: 1"])
     path = tmp_path / "trace.jsonl"
     with TraceWriter(path) as trace:
-        result = Agent(model, [write_file], approve=ask, on_step=trace).run("Go")
+        result = Agent(model, [write_file], approve=ask, on_step=trace, protocol=CLASSIC).run("Go")
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [line["kind"] for line in lines] == ["edited", "refused", "final_answer"]
     assert lines[0]["edited_from"] == {"path": "a.txt", "text": "hello"} and lines[1]["error"] == "enough"

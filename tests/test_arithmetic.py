@@ -5,12 +5,16 @@ from __future__ import annotations
 import pytest
 from conftest import ScriptedModel
 
-from tinyagent import Agent
-from tinyagent.agent.acting import MAX_CORRECTIONS
-from tinyagent.format.direct import CORRECTION_NOTE, direct_messages
+from tinyagent import Agent, ReAct
+from tinyagent.agent.react import MAX_CORRECTIONS
+from tinyagent.format.direct import direct_messages
+from tinyagent.format.templates import shipped
 from tinyagent.format.prompts import build_check_prompt
 from tinyagent.tools import Calculator, LocalSearch
 from tinyagent.tools.arithmetic import claims, corrected, wrong_claims
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 
 def found(text):
@@ -106,12 +110,12 @@ ANSWER = "Thought: My working is right.\nFinal Answer: 53"
 def test_the_model_goes_on_from_its_first_wrong_result_set_right():
     texts = []
     model = ScriptedModel([WRONG, REST, ANSWER])
-    result = Agent(model, tools=[Calculator()], working_first=True, on_text=texts.append).run(QUESTION)
+    result = Agent(model, tools=[Calculator()], on_text=texts.append, protocol=ReAct(working_first=True)).run(QUESTION)
     assert model.calls[1]["messages"] == [*direct_messages(QUESTION, "en"), {"role": "assistant", "content": START}]
     working = result.steps[0]
     assert working.kind == "working" and working.text == START + REST
     assert working.observation == build_check_prompt([Calculator()], "en", "53")
-    note = CORRECTION_NOTE["en"].format(claim="3 + 6 + 9 = 20", expression="3 + 6 + 9", value="18")
+    note = shipped().fill("check.correction", "en", claim="3 + 6 + 9 = 20", expression="3 + 6 + 9", value="18")
     assert note in working.notes and f"[{note}]\n3 + 6 + 9 = 18\n" in "".join(texts)
     assert model.calls[2]["messages"][-2] == {"role": "assistant", "content": START + REST}
     assert result.answer == "53" and [s.kind for s in result.steps] == ["working", "final_answer"]
@@ -122,11 +126,11 @@ def test_the_same_cut_is_not_made_twice_and_a_stop_ends_the_corrections(monkeypa
 
     monkeypatch.setattr(arithmetic, "corrected", lambda text, claim: START)  # a cut that does not settle it
     model = ScriptedModel([WRONG, "2. Double it: 18 * 2 = 37\nThe answer is 54.", "Final Answer: 54"])
-    result = Agent(model, tools=[Calculator()], working_first=True).run(QUESTION)  # 18 * 2 = 37: wrong again
+    result = Agent(model, tools=[Calculator()], protocol=ReAct(working_first=True)).run(QUESTION)  # 18 * 2 = 37: wrong again
     assert len(model.calls) == 3 and len(result.steps[0].notes) == 1  # one correction, not MAX_CORRECTIONS
     monkeypatch.undo()
     model = ScriptedModel([WRONG, "unused"])
-    agent = Agent(model, tools=[Calculator()], working_first=True)
+    agent = Agent(model, tools=[Calculator()], protocol=ReAct(working_first=True))
     agent.stop()  # asked before the run: the working is written, no correction follows it
     assert agent.run(QUESTION).stop_reason == "stopped" and len(model.calls) == 1
 
@@ -138,7 +142,7 @@ def test_a_correction_that_fails_keeps_the_working():
                 raise RuntimeError("server went away")
             return super().generate(messages, stop, **kwargs)
 
-    result = Agent(Failing([WRONG]), tools=[Calculator()], working_first=True).run(QUESTION)
+    result = Agent(Failing([WRONG]), tools=[Calculator()], protocol=ReAct(working_first=True)).run(QUESTION)
     assert [s.kind for s in result.steps] == ["working", "model_error"] and result.steps[0].text == WRONG
     assert result.stop_reason == "model_error" and "server went away" in result.error
 
@@ -146,7 +150,7 @@ def test_a_correction_that_fails_keeps_the_working():
 def test_a_working_is_set_right_at_most_a_few_times():
     again = "x: 3 + 6 + 9 = 20\nThe answer is 57."
     model = ScriptedModel([again] * (MAX_CORRECTIONS + 1) + ["Final Answer: 57"], usage=(7, 3))
-    result = Agent(model, tools=[Calculator()], working_first=True).run("Add 3, 6 and 9.")
+    result = Agent(model, tools=[Calculator()], protocol=ReAct(working_first=True)).run("Add 3, 6 and 9.")
     working = result.steps[0]
     assert len(model.calls) == MAX_CORRECTIONS + 2 and len([n for n in working.notes if "calculator" in n]) \
         == MAX_CORRECTIONS
@@ -155,20 +159,21 @@ def test_a_working_is_set_right_at_most_a_few_times():
 
 def test_only_with_the_calculator_and_the_working_first_unless_asked():
     model = ScriptedModel([WRONG, "Final Answer: 57"])
-    result = Agent(model, tools=[LocalSearch()], working_first=True).run(QUESTION)  # no calculator: not checked
+    result = Agent(model, tools=[LocalSearch()], protocol=ReAct(working_first=True, search="tool")).run(QUESTION)  # no calc
     assert result.steps[0].text == WRONG and len(model.calls) == 2
     model = ScriptedModel([WRONG, "Final Answer: 57"])
-    Agent(model, tools=[Calculator()], working_first=True, check_arithmetic=False).run(QUESTION)
+    Agent(model, tools=[Calculator()], protocol=ReAct(working_first=True, check_arithmetic=False)).run(QUESTION)
     assert len(model.calls) == 2
-    assert Agent(ScriptedModel([]), tools=[LocalSearch()], working_first=True, check_arithmetic=True).check_arithmetic
-    assert not Agent(ScriptedModel([]), tools=[Calculator()]).check_arithmetic  # the class's default: no working
+    asked = ReAct(working_first=True, check_arithmetic=True)
+    assert Agent(ScriptedModel([]), tools=[LocalSearch()], protocol=asked).protocol.check_arithmetic
+    assert not Agent(ScriptedModel([]), tools=[Calculator()], protocol=CLASSIC).protocol.check_arithmetic  # no working
     with pytest.raises(ValueError, match="needs working_first"):
-        Agent(ScriptedModel([]), tools=[Calculator()], working_first=False, check_arithmetic=True)
+        Agent(ScriptedModel([]), tools=[Calculator()], protocol=ReAct(working_first=False, check_arithmetic=True))
 
 
 def test_a_right_working_is_not_touched():
     model = ScriptedModel(["3 + 6 + 9 = 18, doubled 36, plus 17: 36 + 17 = 53.\nThe answer is 53.", ANSWER])
-    result = Agent(model, tools=[Calculator()], working_first=True).run(QUESTION)
+    result = Agent(model, tools=[Calculator()], protocol=ReAct(working_first=True)).run(QUESTION)
     assert len(model.calls) == 2 and result.answer == "53" and result.steps[0].notes == []
 
 
@@ -183,7 +188,7 @@ def test_the_correction_prompts_share_the_working_prompts_tokens_on_a_real_chat_
             ids.append(real.encode_prompt(real.render_prompt(messages)))
             return super().generate(messages, stop, **kwargs)
 
-    Agent(Tokens([WRONG, REST, ANSWER]), tools=[Calculator()], working_first=True).run(QUESTION)
+    Agent(Tokens([WRONG, REST, ANSWER]), tools=[Calculator()], protocol=ReAct(working_first=True)).run(QUESTION)
     first, correction, check = ids
     assert correction[: len(first)] == first  # the working's own prompt, then the working up to the cut
     start = real.encode_prompt(real.render_prompt([*direct_messages(QUESTION), {"role": "assistant", "content": START}]))

@@ -7,12 +7,15 @@ import threading
 import pytest
 from openai_stub import OpenAIStub
 
-from tinyagent import Agent, BaseModel
+from tinyagent import Agent, BaseModel, ReAct
 from tinyagent.models import OpenAIChatModel
 from tinyagent.runs import RunItem as BatchItem
 from tinyagent.runs import run_many
 from tinyagent.text import one_line as one_line_error
 from tinyagent.tools import Calculator
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 KEY = "sk-batch-3d9e7b1f-secret"
 
@@ -48,7 +51,7 @@ def test_run_many_keeps_order_and_records_the_one_failure(stub, caplog):
     made, done, threads = [], [], set()
 
     def factory() -> Agent:
-        agent = Agent(model, tools=[Calculator()])
+        agent = Agent(model, tools=[Calculator()], protocol=CLASSIC)
         made.append(agent)
         return agent
 
@@ -79,7 +82,7 @@ def test_a_factory_that_raises_is_recorded_and_redacted(monkeypatch):
         calls.append(1)
         if len(calls) == 2:
             raise RuntimeError(f"could not connect with key {KEY}\nsecond line")
-        return Agent(_EchoModel(), tools=[])
+        return Agent(_EchoModel(), tools=[], protocol=CLASSIC)
 
     items = run_many(factory, ["a", "b", "c"], concurrency=1)
     assert [i.ok for i in items] == [True, False, True]
@@ -117,7 +120,7 @@ def test_ctrl_c_stops_the_batch_and_cancels_pending_questions():
 
     questions = ["a", "b", *"cdefghij"]
     with pytest.raises(KeyboardInterrupt):
-        run_many(lambda: Agent(model, tools=[Calculator()]), questions, concurrency=2, on_done=on_done)
+        run_many(lambda: Agent(model, tools=[Calculator()], protocol=CLASSIC), questions, concurrency=2, on_done=on_done)
     model.release.set()
     workers = [t for t in threading.enumerate() if t.name.startswith("tinyagent_")]
     for worker in workers:
@@ -132,7 +135,7 @@ def test_a_failing_progress_callback_loses_no_results(caplog):
     def on_done(item: BatchItem) -> None:
         raise ValueError("progress bar bug")
 
-    items = run_many(lambda: Agent(_EchoModel(), tools=[]), ["x", "y"], concurrency=2, on_done=on_done)
+    items = run_many(lambda: Agent(_EchoModel(), tools=[], protocol=CLASSIC), ["x", "y"], concurrency=2, on_done=on_done)
     assert [i.result.answer for i in items] == ["x", "y"] and "progress bar bug" in caplog.text
 
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 from tiny_models import build_tiny_model
 
-from tinyagent import Agent
+from tinyagent import Agent, ReAct
 from tinyagent.engine import packed
 from tinyagent.engine.prefix_cache import common_prefix_length
 from tinyagent.format.prompts import STOP_WORDS, build_system_prompt
@@ -112,7 +112,8 @@ def test_concurrent_agents_give_exactly_their_tokens_alone(alone, batched, const
         pytest.importorskip("outlines_core")
 
     def agent(model):
-        return Agent(model, TOOLS, max_turns=3, max_new_tokens=24, constrained=constrained, system_prompt=SYSTEM)
+        return Agent(model, TOOLS, ReAct(working_first=False, constrained=constrained), max_turns=3, max_new_tokens=24,
+                     prompts={"react.system": SYSTEM})
 
     expected = [steps_of(agent(alone).run(q)) for q in QUESTIONS]
     sizes = PassSizes(batched)

@@ -15,9 +15,10 @@ import pytest
 from conftest import ScriptedModel
 from openai_stub import OpenAIStub
 
-from tinyagent import cli, config
-from tinyagent import secrets as secret_store
-from tinyagent.format.prompts import FORCE_FINAL
+from tinyagent import config
+from tinyagent.cli import commands as cli
+from tinyagent import redaction as secret_store
+from tinyagent.format.templates import shipped
 
 ROOT = Path(__file__).resolve().parent.parent
 TINYAGENT = str(Path(sys.executable).parent / "tinyagent")  # the installed console script
@@ -42,12 +43,13 @@ class StreamingModel(ScriptedModel):
         self.built_from = None
 
     def generate(self, messages, stop=None, on_text=None, **kwargs):
-        text = super().generate(messages, stop=stop, **kwargs)
+        reply = super().generate(messages, stop=stop, **kwargs)
+        text = str(reply)
         if on_text is not None:
             for i in range(0, len(text), 4):
                 on_text(text[i:i + 4])
             self.printed.append(sys.stdout.getvalue() if hasattr(sys.stdout, "getvalue") else "")
-        return text
+        return reply
 
 
 class Failing(StreamingModel):
@@ -74,6 +76,7 @@ def use_model(monkeypatch):
     def install(model):
         def build(cfg):
             model.built_from = cfg
+            model.prefers_constrained = cfg.model.backend == "embedded"  # as the embedded model says of itself
             return model
         monkeypatch.setattr(config, "build_model", build)
         return model
@@ -140,7 +143,7 @@ def test_forced_answer_at_the_turn_cap_is_shown_with_its_prompt(use_model, capsy
     use_model(StreamingModel([SEARCH_THEN_ANSWER[0], " 42"]))
     code, out, _ = run_cli(capsys, "ask", "--max-turns", "1", "--tools", "calculator", "What is 6*7?")
     assert code == 0
-    assert "Observation: 42\n" + FORCE_FINAL["en"] + " 42\n" in out
+    assert "Observation: 42\n" + shipped().text("react.force_final", "en") + " 42\n" in out
     assert "answer forced at the turn cap" in out
 
 
@@ -280,7 +283,7 @@ def tinyagent(*args: str, stdin: str | None = None, env: dict | None = None, tim
 
 def test_help_and_version_exit_0():
     done = tinyagent("--help")
-    assert done.returncode == 0 and "{ask,chat,web,eval}" in done.stdout
+    assert done.returncode == 0 and "{ask,chat,web,serve,mcp-server,eval}" in done.stdout
     done = tinyagent("eval", "--help")  # the eval's own options, under this command's name
     assert done.returncode == 0 and done.stdout.startswith("usage: tinyagent eval") and "--baseline" in done.stdout
     done = tinyagent("ask", "--help")
@@ -295,7 +298,7 @@ def test_help_and_version_exit_0():
     (("ask", "--max-turns", "many", "q"), ["invalid int value"]),
     (("ask", "--config", "configs/missing.yaml", "q"), ["tinyagent: error: configs/missing.yaml: no such config file"]),
     (("ask", "--tools", "calculator,web", "q"), ["unknown tool 'web'", "valid tools: google_search, calculator, local_search"]),
-    (("ask", "--corpus", "/no/such.jsonl", "q"), ["tinyagent: error: agent.corpus: no such file: /no/such.jsonl"]),
+    (("ask", "--corpus", "/no/such.jsonl", "q"), ["tinyagent: error: agent.corpus: no such folder or file: /no/such.jsonl"]),
     (("ask", "--model", "./no/such/model", "q"), ["tinyagent: error: model.path: no such model folder: ./no/such/model"]),
     (("ask", "--max-turns", "0", "q"), ["tinyagent: error: agent.max_turns: must be at least 1, not 0"]),
 ])
@@ -363,3 +366,17 @@ def test_a_local_model_folder_loads_and_answers_through_the_hf_backend(tiny_llam
     assert 1 <= len(result["steps"]) <= 2 and result["prompt_tokens"] > 50
     assert 0 < result["completion_tokens"] <= 12  # at most 6 per model call, at most 2 calls
     assert f"Loading model {tiny_llama_dir} with backend hf on device cpu ..." in err and "Model ready in" in err
+
+
+def test_ask_with_an_answer_schema_prints_its_data_as_json(use_model, capsys, tmp_path):
+    schema = tmp_path / "year.json"
+    schema.write_text('{"type": "object", "properties": {"year": {"type": "integer"}}, "required": ["year"]}')
+    use_model(StreamingModel(['Thought: I know.\nFinal Answer: {"year": 1979}']))
+    code, out, _ = run_cli(capsys, "ask", "--tools", "calculator", "--json", "--answer-schema", str(schema), "When?")
+    assert code == 0 and json.loads(out)["data"] == {"year": 1979}
+    schema.write_text('{"type": "integr"}')
+    code, out, err = run_cli(capsys, "ask", "--answer-schema", str(schema), "When?")
+    assert code == 2 and err.strip().startswith(f"tinyagent: error: --answer-schema {schema}: answer_schema is not")
+    assert "\n" not in err.strip()
+    code, _, err = run_cli(capsys, "ask", "--answer-schema", str(tmp_path / "none.json"), "When?")
+    assert code == 2 and err.strip() == f"tinyagent: error: --answer-schema {tmp_path / 'none.json'}: no such file"

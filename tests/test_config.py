@@ -10,7 +10,7 @@ import pytest
 from tinyagent import config
 from tinyagent.config import ConfigError, load, load_config, model_overrides, select_tools
 from tinyagent.models import embedded
-from tinyagent.secrets import redact
+from tinyagent.redaction import redact
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "configs").glob("*.yaml"))
@@ -35,11 +35,9 @@ def test_defaults_are_the_embedded_model_with_all_tools():
     assert cfg.model.backend == "embedded" and cfg.model.trust_remote_code is False
     assert cfg.agent.tools == ["google_search", "calculator", "local_search"]
     assert cfg.generation_kwargs() == {"max_new_tokens": 512, "temperature": 0.0, "top_p": 1.0}
-    assert cfg.agent.agent_kwargs() == {"lang": "auto", "max_turns": 5, "max_observation_chars": 4000,
-                                        "llm_fallback": False, "distill_observations": False, "constrained": True,
-                                        "protocol": "react", "examples": False, "recheck": "failed", "ask_answer": True,
-                                        "thought_first": False, "working_first": None,
-                                        "check_arithmetic": None}
+    assert cfg.agent.agent_kwargs() == {"lang": "auto", "max_turns": 5}
+    assert (cfg.agent.max_observation_chars, cfg.agent.llm_fallback, cfg.agent.distill_observations) == (4000, False, False)
+    assert cfg.agent.protocol == "react" and cfg.agent.protocol_settings() == {}  # the protocol's own defaults
 
 
 def test_default_yaml_matches_the_built_in_defaults():
@@ -114,11 +112,16 @@ def test_unknown_keys_name_the_key_and_the_file(tmp_path):
     ({"model.backend": "internlm2", "model.path": "internlm/x", "model.gguf_file": "a.gguf"},
      ["model.gguf_file", "only used by backends hf and llamacpp"]),
     ({"model.backend": "hf", "model.path": "./no/such/folder"}, ["model.path", "no such model folder"]),
-    ({"agent.corpus": "/no/such/corpus.jsonl"}, ["agent.corpus", "no such file"]),
+    ({"agent.corpus": "/no/such/corpus.jsonl"}, ["agent.corpus", "no such folder or file"]),
     ({"model": "hf"}, ["model", "mapping"]),
     ({"model.timeout": float("nan")}, ["model.timeout", "a finite number", "NaN"]),
     ({"model.timeout": float("inf")}, ["model.timeout", "a finite number", "Infinity"]),
     ({"generation.temperature": float("inf")}, ["generation.temperature", "a finite number"]),
+    ({"serve.max_runs": 0}, ["serve.max_runs", "at least 1"]),
+    ({"serve.max_request_bytes": 10}, ["serve.max_request_bytes", "at least 1024"]),
+    ({"serve.name": " "}, ["serve.name", "must not be empty"]),
+    ({"web.store": ""}, ["web.store", "true (the default file) or a file name"]),
+    ({"web.store": 1}, ["web.store", "true or false or a string"]),
 ])
 def test_bad_values_are_one_line_errors_naming_the_key(overrides, words):
     message = error_of(None, overrides)
@@ -143,6 +146,32 @@ def test_unreadable_files_are_config_errors(tmp_path):
     message = error_of(write(tmp_path, "model:\n  backend: [hf\n"))
     assert "not valid YAML" in message and "line" in message
     assert "must be a mapping" in error_of(write(tmp_path, "- a\n- b\n", "list.yaml"))
+
+
+def laughs(levels: int) -> str:
+    """A "billion laughs" config: each level an alias list of nine of the level before (385 bytes at nine levels)."""
+    lines = ['  a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    names = "abcdefghij"
+    for prev, name in zip(names, names[1:levels]):
+        lines.append(f"  {name}: &{name} [{', '.join([f'*{prev}'] * 9)}]")
+    return "agent:\n" + "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("text, where", [
+    (laughs(9), "agent.b[0]: YAML aliases (*a)"),   # 9^9 strings once expanded: 35 s, 3 GB, then MemoryError
+    (laughs(4), "agent.b[0]: YAML aliases (*a)"),
+    ("agent:\n  tools: &t [calculator, *t]\n", "agent.tools[1]: YAML aliases (*t)"),  # itself
+    ("model: &m\n  backend: embedded\nagent:\n  <<: *m\n", "agent.<<: YAML aliases (*m)"),   # a merge key
+])
+def test_yaml_aliases_are_refused_with_one_line_naming_the_file_and_key(tmp_path, text, where):
+    path = write(tmp_path, text)
+    message = error_of(path)
+    assert message.startswith(f"{path}: {where} are not allowed in a config (line ") and "\n" not in message
+    assert "lol" not in message and "Circular" not in message   # nothing expanded is shown
+
+
+def test_an_anchor_without_an_alias_is_plain_yaml(tmp_path):
+    assert load_config(write(tmp_path, "agent:\n  max_turns: &turns 3\n")).agent.max_turns == 3
 
 
 def test_a_llamacpp_config_without_llama_cpp_installed_says_how_to_install_it(monkeypatch, tmp_path):
@@ -288,10 +317,11 @@ def test_build_model_reads_the_api_key_from_the_named_variable_and_treats_it_as_
 def test_build_agent_takes_its_settings_from_the_config(scripted, monkeypatch):
     monkeypatch.delenv("SERPER_API_KEY", raising=False)
     cfg = load_config(None, {"agent.lang": "zh", "agent.max_turns": 2, "agent.tools": ["calculator"],
-                             "generation.max_new_tokens": 33, "agent.max_observation_chars": 100})
+                             "generation.max_new_tokens": 33, "agent.max_observation_chars": 100,
+                             "agent.working_first": False})
     model = scripted(["Final Answer: 好"])
     agent = config.build_agent(cfg, model)
-    assert (agent.lang, agent.max_turns, agent.max_observation_chars) == ("zh", 2, 100)
+    assert (agent.lang, agent.max_turns, agent.observations.max_chars) == ("zh", 2, 100)
     assert list(agent.tools) == ["calculator"]
     assert agent.run("hi").answer == "好"
     assert model.calls[0]["kwargs"]["max_new_tokens"] == 33

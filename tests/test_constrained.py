@@ -13,8 +13,9 @@ import pytest
 import torch
 from openai_stub import OpenAIStub
 
-from tinyagent import Agent, cli, tool
-from tinyagent.config import ConfigError, build_model, load_config
+from tinyagent import Agent, ReAct, tool
+from tinyagent.cli import commands as cli
+from tinyagent.config import ConfigError, build_agent, build_model, load_config
 from tinyagent.engine import constrained
 from tinyagent.engine.automaton import compile_pattern
 from tinyagent.eval.scoring import VALID_KINDS
@@ -38,6 +39,9 @@ from tinyagent.tutorial import (
     parse_final_answer,
     parse_latest_plugin_call,
 )
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -213,7 +217,7 @@ def test_no_token_may_complete_a_stop_string(tiny):
     for question in QUESTIONS:
         reply = tiny.generate(conversation(question), stop=["q", "Observation:"], constraint=calc,
                               max_new_tokens=200)
-        assert "q" not in reply
+        assert "q" not in reply.text
         assert re.fullmatch(pattern_of(calc), str(reply))
     processor = constrained.step_processor(tiny.tokenizer, FMT, end_ids=[2], max_new_tokens=100,
                                            stop=["Observation:", "Observation："])
@@ -259,23 +263,23 @@ def test_the_automaton_is_compiled_once_and_shared_by_models_and_threads(tiny):
 def test_the_agent_asks_for_a_tool_first_an_answer_when_stuck_and_only_the_answer_after_the_cap(scripted):
     call = 'Thought: compute\nAction: calculator\nAction Input: {"expression": "6*7"}'
     model = scripted([call, call, "Thought: done\nFinal Answer: 42"])
-    result = Agent(model, [Calculator()], constrained=True, max_turns=5).run("What is 6*7?")
+    result = Agent(model, [Calculator()], max_turns=5, protocol=ReAct(working_first=False, constrained=True)).run("What is 6*7?")
     assert [s.kind for s in result.steps] == ["action", "repeated_call", "final_answer"] and result.answer == "42"
     first, second, stuck = (c["kwargs"]["constraint"] for c in model.calls)
     assert first == step_format([Calculator()], final_answer=False)
     assert second == step_format([Calculator()]) and stuck == step_format([])
     model = scripted([call, "Thought: 42"])
-    Agent(model, [Calculator()], constrained=True, max_turns=1).run("What is 6*7?")
+    Agent(model, [Calculator()], max_turns=1, protocol=ReAct(working_first=False, constrained=True)).run("What is 6*7?")
     assert model.calls[-1]["kwargs"]["constraint"] == ANSWER_FORMAT
     model = scripted(["Final Answer: 1"])
-    Agent(model, [Calculator()]).run("q")
+    Agent(model, [Calculator()], protocol=CLASSIC).run("q")
     assert "constraint" not in model.calls[0]["kwargs"]
 
 
 def test_every_constrained_agent_step_of_random_weights_is_valid(tiny):
     for question in QUESTIONS:
-        result = Agent(tiny, [Calculator(), book_table], constrained=True, max_turns=2,
-                       max_new_tokens=80).run(question)
+        result = Agent(tiny, [Calculator(), book_table], max_turns=2,
+                       max_new_tokens=80, protocol=ReAct(working_first=False, constrained=True)).run(question)
         assert all(s.kind in VALID_KINDS for s in result.steps), result.steps
         assert result.steps[0].action in ("calculator", "book_table") and result.steps[0].observation
         assert result.answer
@@ -307,7 +311,7 @@ def test_smollm2_replies_are_valid_steps_and_it_calls_a_tool(embedded_model):
         messages = [{"role": "system", "content": build_system_prompt(calc)}, {"role": "user", "content": question}]
         reply = embedded_model.generate(messages, stop=STOP_WORDS, constraint=fmt, max_new_tokens=40)
         assert re.fullmatch(pattern_of(fmt), str(reply)), reply
-    result = Agent(embedded_model, calc, constrained=True, max_turns=1, max_new_tokens=48).run("What is 12 times 6?")
+    result = Agent(embedded_model, calc, max_turns=1, max_new_tokens=48, protocol=ReAct(working_first=False, constrained=True)).run("What is 12 times 6?")
     assert [s.kind for s in result.steps] in (["action", "forced_answer"],
                                                              ["tool_error", "forced_answer"])
     assert result.steps[0].arguments is not None and result.steps[0].observation and result.answer
@@ -322,7 +326,7 @@ STEP_REPLY = 'Thought: compute it\nAction: calculator\nAction Input: {"expressio
 def test_openai_sends_the_pattern_to_servers_with_guided_decoding(field):
     with OpenAIStub([STEP_REPLY, "Thought: done\nFinal Answer: 72"]) as stub:
         model = OpenAIChatModel(stub.base_url, "stub", guided_decoding=field)
-        result = Agent(model, [Calculator()], constrained=True).run("What is 12 times 6?")
+        result = Agent(model, [Calculator()], protocol=ReAct(working_first=False, constrained=True)).run("What is 12 times 6?")
     assert result.answer == "72" and result.steps[0].observation == "72"
     first, second = (r["body"] for r in stub.requests)
     regex = first[field]["regex"] if field == "structured_outputs" else first[field]
@@ -335,7 +339,7 @@ def test_openai_says_when_replies_are_not_constrained(caplog):
     caplog.set_level(logging.WARNING)
     with OpenAIStub([STEP_REPLY, "Thought: done\nFinal Answer: 72"]) as stub:
         model = OpenAIChatModel(stub.base_url, "stub")
-        Agent(model, [Calculator()], constrained=True).run("What is 12 times 6?")
+        Agent(model, [Calculator()], protocol=ReAct(working_first=False, constrained=True)).run("What is 12 times 6?")
     assert not any(k in r["body"] for r in stub.requests for k in ("structured_outputs", "guided_regex"))
     assert caplog.text.count("replies are not constrained: set guided_decoding=") == 1
     with OpenAIStub(STEP_REPLY, reject_fields=["guided_regex"]) as stub:
@@ -349,17 +353,18 @@ def test_openai_says_when_replies_are_not_constrained(caplog):
 
 # --- configuration ------------------------------------------------------------------------------------
 
-def test_config_turns_constraints_on_for_the_embedded_model_only(tmp_path):
-    assert load_config().agent.constrained is True
-    assert load_config(overrides={"model.backend": "hf", "model.path": "org/name"}).agent.constrained is False
-    assert load_config(overrides={"model.backend": "hf", "model.path": "org/name",
-                                  "agent.constrained": True}).agent.constrained is True
-    assert load_config(overrides={"agent.constrained": False}).agent.agent_kwargs()["constrained"] is False
-    for flag, expected in (("--constrained", True), ("--no-constrained", False), (None, True)):
+def test_config_turns_constraints_on_for_the_embedded_model_only(tmp_path, embedded_model, scripted):
+    """null follows the model: the embedded one prefers constrained decoding, any other does not; set, it wins."""
+    assert embedded_model.prefers_constrained and not scripted([]).prefers_constrained
+    assert load_config().agent.constrained is None
+    built = {name: build_agent(load_config(overrides=overrides), model, tools=[Calculator()]).protocol.constrained
+             for name, overrides, model in (("embedded", {}, embedded_model), ("other", {}, scripted([])),
+                                            ("asked", {"agent.constrained": True}, scripted([])),
+                                            ("refused", {"agent.constrained": False}, embedded_model))}
+    assert built == {"embedded": True, "other": False, "asked": True, "refused": False}
+    for flag, expected in (("--constrained", True), ("--no-constrained", False), (None, None)):
         args = cli.build_parser().parse_args(["ask", *([flag] if flag else []), "q"])
         assert cli.config_from_args(args).agent.constrained is expected
-    args = cli.build_parser().parse_args(["ask", "--model", "org/name", "q"])
-    assert cli.config_from_args(args).agent.constrained is False
     path = tmp_path / "c.yaml"
     path.write_text("agent:\n  constrained: maybe\n")
     with pytest.raises(ConfigError, match="agent.constrained: must be true or false or null"):

@@ -6,9 +6,12 @@ from conftest import ScriptedModel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tinyagent import Agent, tool
+from tinyagent import Agent, Observations, ReAct, tool
 from tinyagent.agent.context import ContextOverflow, fit
 from tinyagent.format.messages import prompt_messages
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 
 def chars(messages):
@@ -45,7 +48,7 @@ def page(n: int) -> str:
 def test_prompts_never_exceed_the_budget_and_notes_are_recorded():
     calls = [f'Action: page\nAction Input: {{"n": {n}}}' for n in (3000, 2500, 2000)]
     model = WindowedModel([*calls, "Final Answer: done"], window=6000, max_new_tokens=500)
-    agent = Agent(model, tools=[page], max_observation_chars=None)
+    agent = Agent(model, tools=[page], protocol=CLASSIC, observations=Observations(max_chars=None))
     result = agent.run("read three pages")
     assert result.answer == "done" and result.finished
     assert max(model.sizes) <= 5500
@@ -60,8 +63,8 @@ def test_prompts_never_exceed_the_budget_and_notes_are_recorded():
 def test_older_chat_turns_go_first():
     history = [(f"question {i} " + "x" * 400, f"answer {i}") for i in range(5)]
     model = WindowedModel(["Final Answer: ok"], window=2600, max_new_tokens=100)
-    agent = Agent(model, tools=[page])
-    system_len = len(agent.build_system_input("en"))
+    agent = Agent(model, tools=[page], protocol=CLASSIC)
+    system_len = len(agent.system_prompt_for("en"))
     model.context_window = system_len + 1000 + 100
     agent.history = list(history)
     result = agent.chat("latest question")
@@ -88,7 +91,7 @@ def test_fit_is_deterministic_and_chinese_markers():
 
 def test_overflow_that_cannot_be_fixed_ends_the_run_cleanly():
     model = WindowedModel(["Final Answer: never"], window=50, max_new_tokens=10)
-    result = Agent(model, tools=[page]).run("short question " * 30)
+    result = Agent(model, tools=[page], protocol=CLASSIC).run("short question " * 30)
     assert not result.finished and result.stop_reason == "context_overflow"
     assert "context window" in result.steps[-1].error and model.calls == []
     assert result.steps[-1].notes  # what was tried is recorded
@@ -108,7 +111,7 @@ def test_real_tokenizer_and_model_stay_inside_a_small_window(tmp_path):
     model = HFChatModel(str(build_tiny_llama(tmp_path / "m", max_position_embeddings=1000)), device="cpu",
                         max_new_tokens=16)
     assert model.context_window == 1000
-    agent = Agent(model, max_turns=1)
+    agent = Agent(model, max_turns=1, protocol=CLASSIC)
     agent.history = [(f"Question {i}: " + "Jay Chou " * 60, "Answer " * 20) for i in range(6)]
     result = agent.run("Which year?", history=agent.history)
     assert result.stop_reason != "context_overflow" and result.steps[0].prompt_tokens <= 1000 - 16

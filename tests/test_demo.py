@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_cli import StreamingModel
 
-from tinyagent import secrets as secret_store
+from tinyagent import redaction as secret_store
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTIONS = ["Which year was Jay Chou born?", "What was his first album?", "周杰伦哪年出生？", "他的第一张专辑是什么？"]
@@ -35,14 +35,15 @@ def demo(monkeypatch):
 
 
 def scripted_demo_model():
-    return StreamingModel([
-        'Thought: I need to look this up.\nAction: local_search\nAction Input: {"search_query": "Jay Chou born"}',
-        "Thought: I now know the final answer\nFinal Answer: 1979",
+    """Stands in for the embedded model, which prefers constrained decoding (so the demo runs ReAct steps)."""
+    model = StreamingModel([  # each question is searched first: the replies answer from its passages
+        "Thought: The search result says he was born on 18 January 1979.\nFinal Answer: 1979",
         "Thought: The search result above names it.\nFinal Answer: Jay (2000)",
-        'Thought: 我需要搜索。\nAction: local_search\nAction Input: {"search_query": "周杰伦 出生"}',
-        "Thought: 我现在知道最终答案了\nFinal Answer: 1979年",
+        "Thought: 搜索结果说他1979年1月18日出生。\nFinal Answer: 1979年",
         "Final Answer: 《Jay》",
     ])
+    model.prefers_constrained = True
+    return model
 
 
 def test_demo_runs_both_conversations_with_history(demo, capsys):
@@ -56,22 +57,25 @@ def test_demo_runs_both_conversations_with_history(demo, capsys):
     assert "Tools: calculator, local_search." in out
     assert "SERPER_API_KEY is not set: using the offline local_search tool" in err
     observations = [o.split("\nThought:")[0] for o in out.split("\nObservation: ")[1:]]
-    assert len(observations) == 2  # the real local_search over the shipped corpus
-    assert "born on 18 January 1979" in observations[0] and "1979年1月18日出生" in observations[1]
-    for answer in ("1979", "Jay (2000)", "1979年", "《Jay》"):
-        assert f"----------------------------------------\nFinal Answer: {answer}\n[" in out
+    assert len(observations) == 4  # each question searched first, with the real local_search over the shipped corpus
+    assert "born on 18 January 1979" in observations[0] and "1979年1月18日出生" in observations[2]
+    for answer, cited in (("1979", "Jay Chou"), ("Jay (2000)", "Jay Chou; Jay (album)"), ("1979年", "周杰伦"),
+                          ("《Jay》", "周杰伦; Jay（专辑）")):  # the sources of the searched passages an answer came from
+        assert f"----------------------------------------\nFinal Answer: {answer}\nSources: {cited}\n[" in out
     assert len(SUMMARY.findall(out)) == 4
-    assert "=== Done: 4 questions, 4 answered with a Final Answer line; 6 steps (2 tool calls), 330 tokens," in out
-    follow_up = model.calls[2]["messages"]  # "his first album": the first turn is in the prompt
+    assert "=== Done: 4 questions, 4 answered with a Final Answer line; 8 steps (4 tool calls), 220 tokens," in out
+    follow_up = model.calls[1]["messages"]  # "his first album": the first turn is in the prompt
     assert follow_up[1]["content"] == QUESTIONS[0] and follow_up[2] == {"role": "assistant", "content": "1979"}
-    chinese = model.calls[3]["messages"]  # the Chinese conversation starts afresh, with a Chinese prompt
+    assert follow_up[3]["content"].startswith(QUESTIONS[1] + "\n\nSearch results for it:\n[1] Jay Chou")
+    chinese = model.calls[2]["messages"]  # the Chinese conversation starts afresh, with a Chinese prompt
     assert [m["role"] for m in chinese] == ["system", "user"] and "请尽你所能" in chinese[0]["content"]
-    assert [m["role"] for m in model.calls[5]["messages"]] == ["system", "user", "assistant", "user"]
+    assert [m["role"] for m in model.calls[3]["messages"]] == ["system", "user", "assistant", "user"]
 
 
 def test_demo_uses_google_search_when_a_serper_key_is_set(demo, capsys, monkeypatch):
     monkeypatch.setenv("SERPER_API_KEY", "serper-key-for-test")
     model = StreamingModel(["Final Answer: a"] * 4)
+    model.prefers_constrained = True  # as the embedded model the demo runs
     assert demo.main(["--no-stream"], model=model) == 0
     out, err = capsys.readouterr()
     assert "Tools: google_search, calculator, local_search." in out and "SERPER_API_KEY" not in err

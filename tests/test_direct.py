@@ -6,7 +6,8 @@ from conftest import ScriptedModel
 
 from tinyagent import StepKind, StopReason
 from tinyagent.agent import DirectAnswer
-from tinyagent.format.direct import DIRECT_PROMPT, direct_messages, read_direct_answer
+from tinyagent.format.direct import direct_messages, read_direct_answer
+from tinyagent.format.templates import shipped
 
 
 @pytest.mark.parametrize("lang, says", [
@@ -19,7 +20,7 @@ def test_the_direct_prompt_asks_for_the_working_and_an_answer_line(lang, says):
     for text in says:
         assert text in message["content"]
     for label in ("Thought", "Action", "Final Answer", "Observation"):  # no ReAct format, no tools
-        assert label not in DIRECT_PROMPT[lang]
+        assert label not in shipped().text("direct.question", lang)
 
 
 @pytest.mark.parametrize("reply, answer", [
@@ -73,7 +74,7 @@ def test_an_empty_reply_and_a_failing_model(monkeypatch):
         def generate(self, messages, stop=None, **kwargs):
             raise ConnectionError("refused for key sk-direct-secret-99")
 
-    from tinyagent.secrets import register_secret
+    from tinyagent.redaction import register_secret
     register_secret("sk-direct-secret-99")
     result = DirectAnswer(Broken([])).run("q")
     assert result.stop_reason == StopReason.MODEL_ERROR and not result.finished

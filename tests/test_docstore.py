@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tinyagent import Agent
+from tinyagent import Agent, ReAct
 from tinyagent.tools import (
     DocstoreLookup,
     DocstoreSearch,
@@ -14,7 +14,10 @@ from tinyagent.tools import (
     docstore_tools,
 )
 from tinyagent.tools.docstore import sentences
-from tinyagent.tools.local_search import Corpus, Document
+from tinyagent.tools.corpus import Corpus, Document
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 JAY_FIRST_PARAGRAPH = (
     "Jay Chou (周杰伦) is a Taiwanese singer, songwriter, record producer and actor, one of the best-known "
@@ -150,9 +153,11 @@ def test_pairs_do_not_share_state(corpus):
         lookup_b(keyword="album")
 
 
-def test_docstore_and_local_search_share_one_index(corpus):
-    search, _ = docstore_tools(corpus=corpus)
-    assert search.corpus is LocalSearch(corpus=corpus).corpus
+def test_docstore_and_local_search_find_the_same_article():
+    """The docstore ranks the corpus in memory (corpus.py), local_search on its index (search_index.py)."""
+    search, _ = docstore_tools()
+    assert search(entity="Jay Chou born").startswith("Jay Chou\n")
+    assert LocalSearch()(search_query="Jay Chou born").startswith("[1] Jay Chou\n")
 
 
 def test_sentences_split_english_and_chinese():
@@ -168,7 +173,7 @@ def test_agent_episode_search_then_lookup_then_answer(scripted, corpus):
         'Action: lookup\nAction Input: {"keyword": "first studio album"}',
         "Thought: I now know the final answer\nFinal Answer: Jay (2000)",
     ])
-    result = Agent(model, tools=docstore_tools(corpus=corpus), lang="en").run("What was Jay Chou's first album?")
+    result = Agent(model, tools=docstore_tools(corpus=corpus), lang="en", protocol=CLASSIC).run("What was Jay Chou's first album?")
     assert result.finished and result.answer == "Jay (2000)" and result.stop_reason == "final_answer"
     assert [s.action for s in result.steps] == ["search", "lookup", None]
     assert result.steps[0].observation == "Jay Chou\n" + JAY_FIRST_PARAGRAPH
@@ -183,5 +188,5 @@ def test_agent_episode_search_then_lookup_then_answer(scripted, corpus):
 
 def test_agent_lookup_before_search_becomes_an_error_observation(scripted, corpus):
     model = scripted(['Action: lookup\nAction Input: {"keyword": "album"}', "Final Answer: I do not know"])
-    result = Agent(model, tools=docstore_tools(corpus=corpus)).run("What was Jay Chou's first album?")
+    result = Agent(model, tools=docstore_tools(corpus=corpus), protocol=CLASSIC).run("What was Jay Chou's first album?")
     assert result.steps[0].observation.startswith("Error: there is no document to look in: call search first")

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tinyagent import Agent, tool
+from tinyagent import Agent, ReAct, tool
 from tinyagent.engine.loading import require
 from tinyagent.format.prompts import STOP_WORDS, build_system_prompt
 from tinyagent.models import embedded
@@ -78,10 +78,10 @@ def test_generation_stops_at_observation(embedded_model):
                 {"role": "user", "content": "What is 12 times 6?"},
                 {"role": "assistant", "content": 'Thought: I will use the calculator.\nAction: calculator\n'
                                                  'Action Input: {"expression": "12*6"}\n'}]
-    unstopped = embedded_model.generate(messages, max_new_tokens=8)
+    unstopped = embedded_model.generate(messages, max_new_tokens=8).text
     assert "Observation:" in unstopped
     stopped = embedded_model.generate(messages, stop=list(STOP_WORDS), max_new_tokens=8)
-    assert stopped == unstopped[: unstopped.find("Observation:")]
+    assert stopped.text == unstopped[: unstopped.find("Observation:")]
     assert stopped.completion_tokens < 8
     # same prompt again: all but its last token reused (llama.cpp: its last two, see llama_runtime.chunks)
     assert stopped.cached_tokens >= stopped.prompt_tokens - 2
@@ -100,8 +100,8 @@ def test_agent_episode_with_a_scripted_tool(embedded_model):
 
     steps_text: list[str] = []
     streamed: list[str] = []
-    agent = Agent(embedded_model, [calculator], lang="en", max_turns=2, max_new_tokens=32, constrained=True,
-                  on_text=streamed.append, on_step=lambda s: steps_text.append(s.text))
+    agent = Agent(embedded_model, [calculator], lang="en", max_turns=2, max_new_tokens=32,
+                  on_text=streamed.append, on_step=lambda s: steps_text.append(s.text), protocol=ReAct(working_first=False, constrained=True))
     result = agent.run("What is 12 times 6? Use the calculator tool.")
 
     first = result.steps[0]

@@ -7,13 +7,16 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import ScriptedModel
+from conftest import ScriptedModel, built_as
 
-from tinyagent import Agent, tool
+from tinyagent import Agent, ReAct, tool
 from tinyagent import eval as ev
 from tinyagent.eval.scoring import extract_numbers, normalize_text, score
-from tinyagent.tools.base import ToolError
+from tinyagent.tools.tool import ToolError
 from tinyagent.tools.calculator import Calculator
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -212,7 +215,7 @@ def scripted_factory(scripts: dict[str, list[str]], usage=(10, 5)):
 
     def factory():
         # the replies as written, each answer taken as it comes: what is scored is the point here
-        return Agent(model, [Calculator(), weather], max_turns=3, thought_first=False, recheck=False)
+        return Agent(model, [Calculator(), weather], max_turns=3, protocol=ReAct(working_first=False, recheck=False, thought_first=False))
     return factory
 
 
@@ -268,7 +271,7 @@ def test_evaluate_classifies_success_format_and_tool_errors(concurrency):
 
 def test_reply_kind_at_the_turn_cap_with_no_answer():
     model = ScriptedModel([CALL % "1+1", CALL % "1+2", ""])
-    result = Agent(model, [Calculator()], max_turns=2).run("q")
+    result = Agent(model, [Calculator()], max_turns=2, protocol=CLASSIC).run("q")
     assert [s.kind for s in result.steps] == ["action", "action", "no_forced_answer"]
     assert result.stop_reason == "no_forced_answer" and not result.finished
 
@@ -280,7 +283,7 @@ def test_evaluate_records_a_crashed_run_and_redacts_secrets(monkeypatch):
         def generate(self, messages, stop=None, **kwargs):
             raise ConnectionError("server said no to key sk-secret-123456")
 
-    records, summary = ev.evaluate(items_for({"x": 1, "y": 2}), lambda: Agent(Broken([])))
+    records, summary = ev.evaluate(items_for({"x": 1, "y": 2}), lambda: Agent(Broken([]), protocol=CLASSIC))
     assert all(r["error"] == "ConnectionError: server said no to key [REDACTED]" for r in records)
     assert not any(r["success"] or r["format_valid"] for r in records)
     assert summary["n_errors"] == 2 and summary["success_rate"] == 0.0
@@ -295,7 +298,7 @@ def test_evaluate_interrupt_keeps_finished_records():
         calls.append(1)
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return Agent(ScriptedModel(["Final Answer: 1"]))
+        return Agent(ScriptedModel(["Final Answer: 1"]), protocol=CLASSIC)
 
     with pytest.raises(ev.EvalInterrupted) as stop:
         ev.evaluate(items_for({"a": 1, "b": 2, "c": 3, "d": 4}), factory)
@@ -313,7 +316,7 @@ def scripted_config(monkeypatch):
                "周杰伦是哪一年出生的？": ["Final Answer: 他出生于1979年。"],
                "Capital of France?": ["Maybe Lyon"]}
     model = scripted_factory(scripts)().model
-    monkeypatch.setattr("tinyagent.config.build_model", lambda cfg: model)
+    monkeypatch.setattr("tinyagent.config.build_model", built_as(model))
     return model
 
 

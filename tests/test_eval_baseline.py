@@ -12,16 +12,16 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from conftest import ScriptedModel
+from conftest import ScriptedModel, built_as
 from openai_stub import OpenAIStub
 
 import tinyagent
-from tinyagent import cli
+from tinyagent.cli import commands as cli
 from tinyagent import eval as ev
 from tinyagent.engine.llama_runtime import llamacpp_available
 from tinyagent.eval import charts, compare
 from tinyagent.eval.progress import Progress
-from tinyagent.format.direct import DIRECT_PROMPT
+from tinyagent.format.templates import shipped
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,7 +49,7 @@ def question_of(body: dict) -> str:
 
 def stub_reply(body: dict) -> str:
     """The agent's ReAct conversation or the direct prompt, told apart by what the server is sent."""
-    if body["messages"][0]["content"].startswith(DIRECT_PROMPT["en"].split("\n")[0]):
+    if body["messages"][0]["content"].startswith(shipped().text("direct.question", "en").split("\n")[0]):
         return DIRECT_REPLIES[question_of(body)]
     first, after = AGENT_REPLIES[question_of(body)]
     observed = body["messages"][-1]["role"] == "assistant" and "Observation:" in body["messages"][-1]["content"]
@@ -188,7 +188,7 @@ def test_ctrl_c_in_the_baseline_keeps_the_agent_and_what_finished(tmp_path, monk
                 raise KeyboardInterrupt
             return "Final Answer: 12" if len(messages) > 1 else "The answer is 12."
 
-    monkeypatch.setattr("tinyagent.config.build_model", lambda cfg: Interrupts([]))
+    monkeypatch.setattr("tinyagent.config.build_model", built_as(Interrupts([])))
     out = tmp_path / "o"
     code = ev.main(["--suite", str(write_suite(tmp_path)), "--tools", "", "--out", str(out), "--concurrency", "1"])
     summary = json.loads((out / "summary.json").read_text())
@@ -378,6 +378,21 @@ def test_a_broken_results_line_and_a_missing_folder(tmp_path, capsys):
         ev.load_results(old)
     assert ev.main(["compare", str(tmp_path / "nowhere")]) == 2
     assert "no such results folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda r: r.pop("prediction"), "results.jsonl:1: the record of 'tool' has no prediction, which compare reads"),
+    (lambda r: r.pop("question"), "results.jsonl:1: the record of 'tool' has no question, which compare reads"),
+    (lambda r: r.update(success="yes"), "results.jsonl:1: not a result record (its id must be text and success"),
+])
+def test_records_missing_what_compare_reads_are_one_line_exit_2(tmp_path, capsys, change, message):
+    old = write_old_folder(tmp_path / "old")
+    records = [json.loads(line) for line in (old / "results.jsonl").read_text().splitlines()]
+    change(records[0])
+    (old / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert ev.main(["compare", str(old), str(write_old_folder(tmp_path / "other")), "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
 
 
 # --- progress --------------------------------------------------------------------------------------

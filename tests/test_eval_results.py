@@ -9,7 +9,7 @@ import pytest
 from conftest import ScriptedModel
 
 from tinyagent import eval as ev
-from tinyagent.eval import results
+from tinyagent.eval import out_folder as results
 
 QUESTIONS = [f"q{i}" for i in range(1, 7)]
 
@@ -126,3 +126,23 @@ def test_resume_finishes_each_mode_from_its_own_file(tmp_path, suite, monkeypatc
     again = ByQuestion()
     assert run(monkeypatch, suite, out, again, "--baseline", "direct", "--resume") == 0
     assert again.asked == [] and "evaluating 0 questions" in capsys.readouterr().out
+
+
+def test_resume_of_a_folder_written_before_approval_gives_old_records_defaults(tmp_path, suite, monkeypatch, caplog):
+    """Records written before refused_calls / edited_calls existed: kept with 0 for both, the rest run, and the
+    summary written (it ended in a KeyError, with no summary.json); a record missing an older field runs again."""
+    out = tmp_path / "run"
+    assert run(monkeypatch, suite, out, ByQuestion(interrupt_on={"q4"})) == 130
+    old = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    for record in old:
+        del record["refused_calls"], record["edited_calls"]
+    del old[1]["success"]   # not a record any version wrote whole: q2 runs again
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old))
+    (out / "summary.json").unlink()
+    model = ByQuestion()
+    assert run(monkeypatch, suite, out, model, "--resume") == 0
+    assert model.asked == ["q2", "q4", "q5", "q6"]
+    summary = agent_summary(out)
+    assert (summary["n"], summary["n_success"], summary["refused_calls"], summary["edited_calls"]) == (6, 6, 0, 0)
+    assert "the record of q2 has no success; that question runs again" in caplog.text
+    assert [json.loads(line)["refused_calls"] for line in (out / "results.jsonl").read_text().splitlines()] == [0] * 6

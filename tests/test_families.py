@@ -9,7 +9,7 @@ import pytest
 import torch
 from tiny_models import FAMILIES, SLIDING_WINDOW, build_tiny_model
 
-from tinyagent import Agent
+from tinyagent import Agent, ReAct
 from tinyagent.engine.prefix_cache import sliding_windows
 from tinyagent.eval.scoring import VALID_KINDS
 from tinyagent.format.prompts import STOP_WORDS, build_system_prompt
@@ -92,7 +92,7 @@ def test_free_episode_with_stop_strings_and_streaming_is_identical_with_reuse(pa
     with_reuse, rec_a, streamed_a = free_episode(model, stop)
     without, rec_b, streamed_b = free_episode(fresh, stop)
     assert [str(o) for o in with_reuse] == [str(o) for o in without] == streamed_a == streamed_b
-    assert with_reuse[0] == probe[: probe.find(stop[-1])]
+    assert with_reuse[0].text == probe[: probe.find(stop[-1])]
     assert_same_scores(rec_a, rec_b)
     assert with_reuse[0].prompt_tokens > SLIDING_WINDOW
     assert all(o.cached_tokens > SLIDING_WINDOW for o in with_reuse[1:])  # reused past the window
@@ -105,7 +105,7 @@ def test_constrained_agent_episode_is_identical_with_reuse(pair):
     for m in (model, fresh):
         m.reset_cache()
         chunks: list[str] = []
-        agent = Agent(m, TOOLS, constrained=True, max_turns=3, max_new_tokens=80, on_text=chunks.append)
+        agent = Agent(m, TOOLS, max_turns=3, max_new_tokens=80, on_text=chunks.append, protocol=ReAct(working_first=False, constrained=True))
         runs.append((agent.run(QUESTION), "".join(chunks)))
     (a, streamed_a), (b, streamed_b) = runs
     assert [s.text for s in a.steps] == [s.text for s in b.steps] and a.answer == b.answer
@@ -124,7 +124,7 @@ def test_a_new_conversation_reuses_only_what_is_exact(pair):
     other = messages(question="Who wrote Hamlet?")
     rec_a, rec_b = Recorder(), Recorder()
     out = model.generate(other, max_new_tokens=12, logits_processor=[rec_a])
-    assert out == fresh.generate(other, max_new_tokens=12, logits_processor=[rec_b])
+    assert out.text == fresh.generate(other, max_new_tokens=12, logits_processor=[rec_b]).text
     assert_same_scores([rec_a], [rec_b])
     if family in SLIDING_LAYERS:
         assert out.cached_tokens == 0

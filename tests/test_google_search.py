@@ -8,7 +8,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from tinyagent import ReAct
 from tinyagent.tools import GoogleSearch, ToolError
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 KEY = "serper-test-key-7f3a9c"
 
@@ -172,7 +176,7 @@ def test_failures_become_observations_in_an_agent(serper, scripted):
     serper.plan = [(500, {})]
     model = scripted(['Action: google_search\nAction Input: {"search_query": "Jay Chou"}',
                       "Final Answer: I could not search.", "Final Answer: I could not search."])  # re-checked once
-    result = Agent(model, tools=[search_tool(serper, max_retries=1)]).run("Jay Chou?")
+    result = Agent(model, tools=[search_tool(serper, max_retries=1)], protocol=CLASSIC).run("Jay Chou?")
     assert result.finished
     assert result.steps[0].observation.startswith("Error: Google search failed")
     assert result.steps[0].error and KEY not in result.steps[0].observation

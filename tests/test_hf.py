@@ -140,7 +140,7 @@ def test_continuation_returns_only_new_text_and_counts(model):
                                     max_new_tokens=8, do_sample=False, eos_token_id=model.end_token_ids,
                                     pad_token_id=0)[0, len(ids):].tolist()
     out = model.generate(messages, max_new_tokens=8)
-    assert out == model.tokenizer.decode(expected, skip_special_tokens=True)
+    assert out.text == model.tokenizer.decode(expected, skip_special_tokens=True)
     assert (out.prompt_tokens, out.completion_tokens) == (len(ids), len(expected))
     assert 0 <= out.cached_tokens < out.prompt_tokens  # at least the last prompt token is computed afresh
 
@@ -149,9 +149,9 @@ def test_stops_at_a_stop_string_and_trims_it(no_reuse):
     ban = no_reuse.end_token_ids
     free = no_reuse.generate(QUESTION, max_new_tokens=30, logits_processor=[Ban(ban)])
     assert free.completion_tokens == 30
-    stop = pick_stop(free)
+    stop = pick_stop(free.text)
     out = no_reuse.generate(QUESTION, stop=["never appears", stop], max_new_tokens=30, logits_processor=[Ban(ban)])
-    assert out == free[: free.find(stop)]
+    assert out.text == free.text[: free.text.find(stop)]
     assert out.completion_tokens < 30
 
 
@@ -159,7 +159,7 @@ def test_stops_at_end_of_turn_token(no_reuse):
     im_end = no_reuse.tokenizer.convert_tokens_to_ids("<|im_end|>")
     out = no_reuse.generate(QUESTION, max_new_tokens=20, logits_processor=[Ban(force=(3, im_end))])
     assert out.completion_tokens == 4
-    assert "<|im_end|>" not in out
+    assert "<|im_end|>" not in out.text
 
 
 def test_generation_defaults_and_per_call_overrides(model):
@@ -220,12 +220,12 @@ def test_holdback_releases_a_false_alarm():
 def test_streamed_chunks_concatenate_to_the_returned_text(no_reuse):
     ban = no_reuse.end_token_ids
     free = no_reuse.generate(QUESTION, max_new_tokens=30, logits_processor=[Ban(ban)])
-    stop = pick_stop(free, last=True)
+    stop = pick_stop(free.text, last=True)
     chunks: list[str] = []
     out = no_reuse.generate(QUESTION, stop=[stop], max_new_tokens=30, on_text=chunks.append,
                             logits_processor=[Ban(ban)])
     assert len(chunks) > 1
-    assert "".join(chunks) == out == free[: free.find(stop)]
+    assert "".join(chunks) == out.text == free.text[: free.text.find(stop)]
     assert list(no_reuse.stream(QUESTION, stop=[stop], max_new_tokens=30, logits_processor=[Ban(ban)])) == chunks
 
 
@@ -277,9 +277,9 @@ def test_new_run_reuses_only_the_verified_shared_prefix(model, no_reuse):
                                   model.encode_prompt(model.render_prompt(QUESTION)))
     out = model.generate(other, stop=STOP, max_new_tokens=10)
     assert out.cached_tokens == shared > 0
-    assert out == no_reuse.generate(other, stop=STOP, max_new_tokens=10)
+    assert out.text == no_reuse.generate(other, stop=STOP, max_new_tokens=10).text
     again = model.generate(other, stop=STOP, max_new_tokens=10)
-    assert again == out and again.cached_tokens == again.prompt_tokens - 1
+    assert again.text == out.text and again.cached_tokens == again.prompt_tokens - 1
 
 
 def test_cache_is_dropped_after_a_failed_call(model, no_reuse):
@@ -293,7 +293,7 @@ def test_cache_is_dropped_after_a_failed_call(model, no_reuse):
         model.generate(scratch("Thought: a"), max_new_tokens=5, logits_processor=[boom])
     out = model.generate(scratch("Thought: a"), max_new_tokens=5)
     assert out.cached_tokens == 0
-    assert out == no_reuse.generate(scratch("Thought: a"), max_new_tokens=5)
+    assert out.text == no_reuse.generate(scratch("Thought: a"), max_new_tokens=5).text
 
 
 def test_concurrent_calls_are_serialised(model, no_reuse, monkeypatch):
@@ -317,7 +317,7 @@ def test_abandoned_stream_stops_generating_and_frees_the_model(no_reuse):
     first = next(stream)
     stream.close()  # what a consumer's `break` does
     assert first and not no_reuse._lock.locked()
-    assert no_reuse.generate(QUESTION, max_new_tokens=3) == no_reuse.generate(QUESTION, max_new_tokens=3)
+    assert no_reuse.generate(QUESTION, max_new_tokens=3).text == no_reuse.generate(QUESTION, max_new_tokens=3).text
     assert len(calls.inputs) <= 6  # the worker may have been a token or two ahead, never 200
 
 
@@ -382,8 +382,8 @@ def test_a_failure_while_preparing_the_cache_does_not_poison_later_calls(mistral
             mistral.generate(scratch("Thought: a"), max_new_tokens=5)
     out = mistral.generate(scratch("Thought: a"), max_new_tokens=5)
     assert out.cached_tokens == 0
-    assert out == HFChatModel.from_model(mistral.model, mistral.tokenizer, reuse_cache=False).generate(
-        scratch("Thought: a"), max_new_tokens=5)
+    assert out.text == HFChatModel.from_model(mistral.model, mistral.tokenizer, reuse_cache=False).generate(
+        scratch("Thought: a"), max_new_tokens=5).text
 
 
 # --- repetition within the reply -----------------------------------------------------------------
@@ -434,7 +434,7 @@ def test_no_repeat_ngram_size_stops_a_looping_reply(no_reuse):
 
 def forced_reply(model, messages, text: str, stop: list[str], **kwargs):
     """`model.generate` with the tiny random model made to write `text` token by token."""
-    from tinyagent.models.replay import ForceTokens, reply_ids
+    from replay import ForceTokens, reply_ids
 
     prompt = model.render_prompt(messages)
     ids = reply_ids(model, prompt, model.encode_prompt(prompt), text)

@@ -6,11 +6,14 @@ from __future__ import annotations
 import pytest
 from conftest import ScriptedModel
 
-from tinyagent import Agent, StepKind, StopReason
+from tinyagent import Agent, ReAct, StepKind, StopReason
 from tinyagent.agent.hooks import Hooks
 from tinyagent.runs import run_many
-from tinyagent.secrets import register_secret
+from tinyagent.redaction import register_secret
 from tinyagent.tools import Calculator
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 CALC = 'Thought: compute.\nAction: calculator\nAction Input: {"expression": "6*7"}'
 
@@ -46,7 +49,7 @@ class Log(Hooks):
 def test_hooks_run_in_order_before_and_in_reverse_after():
     log: list = []
     model = ScriptedModel([CALC, "Final Answer: 42"])
-    Agent(model, [Calculator()], hooks=[Log("a", log), Log("b", log)], thought_first=False).run("6*7?")
+    Agent(model, [Calculator()], hooks=[Log("a", log), Log("b", log)], protocol=ReAct(working_first=False, thought_first=False)).run("6*7?")
     assert log == [
         ("a", "before_run", "6*7?"), ("b", "before_run", "6*7?"),
         ("a", "before_model", "step"), ("b", "before_model", "step"),
@@ -63,7 +66,7 @@ def test_hooks_run_in_order_before_and_in_reverse_after():
 def test_the_forced_answer_and_distilling_are_model_calls_too():
     log: list = []
     model = ScriptedModel([CALC, "Final Answer: 42"])
-    Agent(model, [Calculator()], max_turns=1, hooks=[Log("a", log)]).run("6*7?")
+    Agent(model, [Calculator()], max_turns=1, hooks=[Log("a", log)], protocol=CLASSIC).run("6*7?")
     assert [d for _, m, d in log if m == "before_model"] == ["step", "forced_answer"]
 
 
@@ -81,7 +84,7 @@ class Rewrite(Hooks):
 
 def test_before_model_changes_the_prompt_and_options_and_after_model_the_reply():
     model = ScriptedModel(["Final Answer: 41"])
-    result = Agent(model, [], hooks=[Rewrite()], thought_first=False).run("6*7?")  # the prompt ends with the user
+    result = Agent(model, [], hooks=[Rewrite()], protocol=ReAct(working_first=False, thought_first=False)).run("6*7?")  # the prompt ends with the user
     sent = model.calls[0]
     assert sent["messages"][-1]["content"] == "[rewritten] 6*7?" and sent["kwargs"]["temperature"] == 0.5
     assert result.answer == "42" and result.steps[0].text == "Final Answer: 42"
@@ -108,7 +111,7 @@ def test_a_hook_can_answer_a_model_call_or_a_tool_call_itself():
     calculator = Calculator()
     cache = Cache({"6*7?": CALC}, {"6*7": "42 (cached)"})
     calculator.call = lambda **kwargs: pytest.fail("the cached call ran the tool")
-    result = Agent(model, [calculator], hooks=[cache, Log("after", log)], thought_first=False).run("6*7?")
+    result = Agent(model, [calculator], hooks=[cache, Log("after", log)], protocol=ReAct(working_first=False, thought_first=False)).run("6*7?")
     assert len(model.calls) == 1   # the first reply came from the cache
     assert result.steps[0].kind == StepKind.ACTION and result.steps[0].observation == "42 (cached)"
     assert ("after", "before_tool", "calculator") not in log and ("after", "after_tool", "42 (cached)") not in log
@@ -130,7 +133,7 @@ class Budget(Hooks):
 
 def test_a_budget_hook_stops_the_run_after_the_step_in_progress():
     model = ScriptedModel([CALC, CALC.replace("6*7", "6*8"), "Final Answer: 48"], usage=(100, 10))
-    result = Agent(model, [Calculator()], hooks=[Budget(200)]).run("6*7 and 6*8?")
+    result = Agent(model, [Calculator()], hooks=[Budget(200)], protocol=CLASSIC).run("6*7 and 6*8?")
     assert result.stop_reason == StopReason.STOPPED and len(result.steps) == 2 and len(model.calls) == 2
 
 
@@ -153,7 +156,7 @@ def test_a_hook_that_raises_ends_the_run_with_its_steps_kept_and_a_clear_error(m
     register_secret("sk-hook-secret-77")
     log: list = []
     model = ScriptedModel([CALC, "Final Answer: 42"])
-    result = Agent(model, [Calculator()], hooks=[Log("outer", log), Raises(method)]).run("6*7?")
+    result = Agent(model, [Calculator()], hooks=[Log("outer", log), Raises(method)], protocol=CLASSIC).run("6*7?")
     assert result.stop_reason == StopReason.HOOK_ERROR and not result.finished and result.answer == ""
     assert result.error == f"the hook Raises.{method} raised ValueError: budget store unreachable at [REDACTED]"
     assert [s.kind for s in result.steps] == [*[StepKind.ACTION, StepKind.FINAL_ANSWER][:steps_before],
@@ -167,7 +170,7 @@ def test_a_hook_that_raises_ends_the_run_with_its_steps_kept_and_a_clear_error(m
 def test_on_step_raising_is_a_hook_error_too():
     def on_step(step):
         raise RuntimeError("display broke")
-    result = Agent(ScriptedModel(["Final Answer: 1"]), [], on_step=on_step).run("1?")
+    result = Agent(ScriptedModel(["Final Answer: 1"]), [], on_step=on_step, protocol=CLASSIC).run("1?")
     assert result.stop_reason == StopReason.HOOK_ERROR and result.error == ("the hook on_step raised RuntimeError: "
                                                                              "display broke")
 
@@ -179,7 +182,7 @@ def test_ctrl_c_in_a_hook_interrupts_and_still_closes_the_outer_hooks():
         def before_tool(self, call):
             raise KeyboardInterrupt
 
-    agent = Agent(ScriptedModel([CALC]), [Calculator()], hooks=[Log("outer", log), Interrupt()])
+    agent = Agent(ScriptedModel([CALC]), [Calculator()], hooks=[Log("outer", log), Interrupt()], protocol=CLASSIC)
     with pytest.raises(KeyboardInterrupt):
         agent.run("6*7?")
     assert [m for _, m, _ in log][-2:] == ["after_tool", "after_run"]
@@ -187,7 +190,7 @@ def test_ctrl_c_in_a_hook_interrupts_and_still_closes_the_outer_hooks():
 
 def test_run_many_reports_a_hook_error_as_the_question_error():
     def factory():
-        return Agent(ScriptedModel(["Final Answer: 1"]), [], hooks=[Raises("after_model")])
+        return Agent(ScriptedModel(["Final Answer: 1"]), [], hooks=[Raises("after_model")], protocol=CLASSIC)
     (item,) = run_many(factory, ["1?"])
     assert item.error == "the hook Raises.after_model raised ValueError: budget store unreachable at sk-hook-secret-77"
     assert item.result.stop_reason == StopReason.HOOK_ERROR

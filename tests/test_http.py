@@ -1,4 +1,4 @@
-"""The shared JSON client (tinyagent.http) against real servers on 127.0.0.1: redirects carry no key to
+"""The shared JSON client (tinyagent.jsonhttp) against real servers on 127.0.0.1: redirects carry no key to
 another host, error text is redacted before it is cut."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from test_google_search import KEY, SerperServer
 
-from tinyagent import secrets
-from tinyagent.http import RequestFailed, json_body, post_json
+from tinyagent import redaction as secrets
+from tinyagent.jsonhttp import RequestFailed, json_body, post_json
 from tinyagent.tools import GoogleSearch, ToolError
 
 

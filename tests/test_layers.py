@@ -14,19 +14,17 @@ PACKAGE = ROOT / "tinyagent"
 #: Module-name prefix -> (layer, room). A module belongs to the longest prefix that names it. Within a
 #: layer a room imports only the rooms listed in SIDEWAYS, besides its own.
 LAYERS = {
-    "tinyagent.text": (0, "leaves"), "tinyagent.secrets": (0, "leaves"), "tinyagent.http": (0, "leaves"),
-    "tinyagent.trace": (0, "leaves"), "tinyagent.version": (0, "leaves"),
-    "tinyagent.format": (1, "format"), "tinyagent.tutorial": (1, "format"),
+    "tinyagent.text": (0, "leaves"), "tinyagent.redaction": (0, "leaves"), "tinyagent.jsonhttp": (0, "leaves"),
+    "tinyagent.traces": (0, "leaves"), "tinyagent.version": (0, "leaves"),
+    "tinyagent.format": (1, "format"),
     "tinyagent.engine": (2, "engine"), "tinyagent.models": (2, "models"), "tinyagent.tools": (2, "tools"),
     "tinyagent.agent": (3, "agent"),
     "tinyagent.runs": (4, "runs"), "tinyagent.config": (4, "runs"), "tinyagent.eval": (4, "runs"),
-    "tinyagent.report": (5, "faces"), "tinyagent.web": (5, "faces"), "tinyagent.cli": (5, "faces"), "tinyagent.options": (5, "faces"),
-    "tinyagent.terminal": (5, "faces"), "tinyagent.web_approval": (5, "faces"),
-    "tinyagent.sessions": (5, "faces"), "tinyagent.web_reply": (5, "faces"),
+    "tinyagent.tutorial": (4, "runs"), "tinyagent.store": (4, "runs"),
+    "tinyagent.cli": (5, "faces"), "tinyagent.web": (5, "faces"), "tinyagent.serve": (5, "faces"),
     "tinyagent.__main__": (5, "faces"),
-    # the public face and the deprecated old paths sit above everything they name
-    "tinyagent": (6, "face"), "tinyagent.llm": (6, "face"), "tinyagent.prompts": (6, "face"),
-    "tinyagent.batch": (6, "face"),
+    # the public face sits above everything it names
+    "tinyagent": (6, "face"),
 }
 #: Rooms of one layer that may import each other's modules (one way): the backends run on the engine.
 SIDEWAYS = {("models", "engine")}

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tinyagent import Agent
+from tinyagent import Agent, ReAct
 from tinyagent.format.prompts import STOP_WORDS, build_system_prompt
 from tinyagent.format.step_format import pattern_of, step_format
 from tinyagent.models.embedded import GENERATION_DEFAULTS, embedded_gguf_path
-from tinyagent.models.replay import ForceTokens, reply_ids
+from replay import ForceTokens, reply_ids
 from tinyagent.tools import Calculator
 from tinyagent.tools.local_search import LocalSearch
 
@@ -131,9 +131,9 @@ def test_streamed_chunks_are_exactly_the_returned_text(no_reuse):
     chunks: list[str] = []
     messages = scratch("Thought: I will use the calculator.\nAction:")  # SmolLM2 goes on past an Observation:
     out = no_reuse.generate(messages, stop=list(STOP_WORDS), max_new_tokens=40, on_text=chunks.append)
-    unstopped = no_reuse.generate(messages, max_new_tokens=40)
+    unstopped = no_reuse.generate(messages, max_new_tokens=40).text
     assert "\nObservation:" in unstopped and str(out) == unstopped[: unstopped.find("\nObservation:")]
-    assert len(chunks) > 1 and "".join(chunks) == out
+    assert len(chunks) > 1 and "".join(chunks) == out.text
     assert list(no_reuse.stream(messages, stop=list(STOP_WORDS), max_new_tokens=40)) == chunks
 
 
@@ -299,7 +299,7 @@ def test_constrained_replies_are_valid_steps(model):
         messages = [QUESTION[0], {"role": "user", "content": question}]
         reply = model.generate(messages, stop=list(STOP_WORDS), constraint=fmt, max_new_tokens=40)
         assert re.fullmatch(pattern_of(fmt), str(reply)), reply
-    result = Agent(model, TOOLS, constrained=True, max_turns=1, max_new_tokens=48).run("What is 12 times 6?")
+    result = Agent(model, TOOLS, max_turns=1, max_new_tokens=48, protocol=ReAct(working_first=False, constrained=True)).run("What is 12 times 6?")
     assert result.steps[0].kind in ("action", "tool_error") and result.steps[0].arguments is not None
 
 

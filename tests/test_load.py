@@ -9,10 +9,13 @@ import tracemalloc
 
 from openai_stub import OpenAIStub
 
-from tinyagent import Agent
+from tinyagent import Agent, ReAct
 from tinyagent.models import OpenAIChatModel
 from tinyagent.runs import run_many
 from tinyagent.tools import Calculator
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 
 def reply(body):
@@ -48,7 +51,7 @@ def test_200_questions_none_lost_or_duplicated():
         done = []
         tracemalloc.start()
         started = time.perf_counter()
-        items = run_many(lambda: Agent(model, tools=[Calculator()], max_turns=3), questions, concurrency=8,
+        items = run_many(lambda: Agent(model, tools=[Calculator()], max_turns=3, protocol=CLASSIC), questions, concurrency=8,
                          on_done=lambda item: done.append(item.index))
         elapsed = time.perf_counter() - started
         _, peak = tracemalloc.get_traced_memory()

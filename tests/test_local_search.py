@@ -7,15 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tinyagent import Agent
+from tinyagent import Agent, ReAct
 from tinyagent.tools import CorpusError, LocalSearch, ToolArgumentError, ToolError
-from tinyagent.tools.local_search import (
-    DEFAULT_CORPUS,
-    Corpus,
-    Document,
-    load_corpus,
-    tokenize,
-)
+from tinyagent.tools.corpus import DEFAULT_CORPUS, Corpus, Document, load_corpus
+from tinyagent.tools.terms import tokenize
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +103,7 @@ def test_tool_interface_matches_google_search(search):
     assert search.json_schema()["required"] == ["search_query"]
     with pytest.raises(ToolArgumentError, match="must be of type string"):
         search(search_query=42)
-    assert "documents=" in repr(search)
+    assert "passages=" in repr(search)
 
 
 def test_top_k_must_be_positive():
@@ -150,13 +148,13 @@ def test_custom_corpus_returns_the_matching_paragraph(tmp_path):
 
 def test_long_passages_are_shortened(tmp_path):
     path = write_corpus(tmp_path / "docs.jsonl", [{"title": "Long", "text": "word " * 300}])
-    output = LocalSearch(corpus_path=path, max_chars=50)(search_query="word")
+    output = LocalSearch(corpus_path=path, max_chars=50, top_k=1)(search_query="word")
     assert output.endswith("…") and len(output.split("\n", 1)[1]) <= 51
 
 
-def test_corpus_object_can_be_shared_without_reindexing(search):
-    other = LocalSearch(corpus=search.corpus, top_k=1)
-    assert other.corpus is search.corpus
+def test_index_can_be_shared_without_reindexing(search):
+    other = LocalSearch(index=search.index, top_k=1)
+    assert other.index is search.index
     assert titles(other(search_query="Marie Curie Nobel"))[0] == "Marie Curie"
 
 
@@ -168,9 +166,11 @@ def test_missing_corpus_file(tmp_path):
     assert "\n" not in str(err.value) and isinstance(err.value, ValueError)
 
 
-def test_directory_is_not_a_corpus(tmp_path):
-    with pytest.raises(CorpusError, match="is not a file"):
+def test_a_folder_without_documents_is_not_a_corpus(tmp_path):
+    (tmp_path / "image.png").write_bytes(b"\x89PNG")
+    with pytest.raises(CorpusError, match="nothing to search") as err:
         LocalSearch(corpus_path=tmp_path)
+    assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("lines, message", [
@@ -229,7 +229,7 @@ def test_agent_episode_with_local_search(scripted):
         'Thought: I should search.\nAction: local_search\nAction Input: {"search_query": "周杰伦哪年出生"}',
         "Thought: 我现在知道最终答案了\nFinal Answer: 1979年",
         ])
-    result = Agent(model, tools=[LocalSearch()]).run("周杰伦哪年出生？")
+    result = Agent(model, tools=[LocalSearch()], protocol=CLASSIC).run("周杰伦哪年出生？")
     assert result.finished and result.answer == "1979年" and result.lang == "zh"
     assert result.steps[0].observation.startswith("[1] 周杰伦\n") and result.steps[0].error is None
     scratchpad = model.calls[1]["messages"][-1]
@@ -239,5 +239,5 @@ def test_agent_episode_with_local_search(scripted):
 
 def test_agent_turns_empty_query_into_an_error_observation(scripted):
     model = scripted(['Action: local_search\nAction Input: {"search_query": ""}', "Final Answer: unknown"])
-    result = Agent(model, tools=[LocalSearch()]).run("?")
+    result = Agent(model, tools=[LocalSearch()], protocol=CLASSIC).run("?")
     assert result.steps[0].observation == "Error: the search query is empty"

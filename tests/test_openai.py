@@ -15,13 +15,18 @@ import pytest
 import requests
 from openai_stub import OpenAIStub, count_words
 
-from tinyagent import Agent
-from tinyagent.format.messages import FOLD_INSTRUCTION
+from tinyagent import Agent, ReAct, Tools
 from tinyagent.format.prompts import STOP_WORDS
-from tinyagent.http import RequestFailed
+from tinyagent.format.templates import shipped
+from tinyagent.jsonhttp import RequestFailed
 from tinyagent.models import OpenAIChatModel
 from tinyagent.text import estimate_tokens
 from tinyagent.tools import Calculator
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False, search="tool")
+
+FOLD_INSTRUCTION = {lang: shipped().text("common.fold", lang) for lang in ("en", "zh")}
 
 KEY = "sk-test-6f1c2e9a-do-not-leak"
 USER = [{"role": "user", "content": "What is 6 times 7?"}]
@@ -84,7 +89,7 @@ def test_real_round_trip_reports_usage_from_the_server(server):
     expected_prompt = len(tokenizer.apply_chat_template(USER, add_generation_prompt=True, tokenize=True,
                                                         return_dict=True)["input_ids"])
     local = HFChatModel(str(server["dir"]), device="cpu", max_new_tokens=24).generate(USER)  # greedy, in-process
-    assert text == local and text.strip()
+    assert text.text == local.text and text.text.strip()
     assert (text.prompt_tokens, text.completion_tokens) == (expected_prompt, local.completion_tokens)
 
 
@@ -93,7 +98,7 @@ def test_real_streaming_chunks_concatenate_to_the_same_text(server):
     plain = model.generate(USER)
     chunks: list[str] = []
     streamed = model.generate(USER, on_text=chunks.append)
-    assert len(chunks) > 1 and "".join(chunks) == streamed == plain  # greedy: same text both ways
+    assert len(chunks) > 1 and "".join(chunks) == streamed.text == plain.text  # greedy: same text both ways
     assert (streamed.prompt_tokens, streamed.completion_tokens) == (plain.prompt_tokens, plain.completion_tokens)
 
 
@@ -106,7 +111,7 @@ def test_real_server_keeps_the_stop_string_and_the_model_trims_it(server):
     assert stop in raw["choices"][0]["message"]["content"]  # transformers serve does not trim
     chunks: list[str] = []
     for text in (model.generate(USER, stop=[stop]), model.generate(USER, stop=[stop], on_text=chunks.append)):
-        assert text == full[:full.index(stop)]
+        assert text.text == full[:full.index(stop)]
     assert "".join(chunks) == full[:full.index(stop)]
 
 
@@ -139,9 +144,9 @@ def test_real_agent_episode_runs_to_completion_over_http(server, caplog):
     model = real_model(server, api_key=KEY, max_new_tokens=16)
     assert not model.continue_supported
     question, kwargs = "What is 6 times 7?", {"tools": [Calculator()], "max_turns": 2}
-    result = Agent(model, **kwargs).run(question)
+    result = Agent(model, **kwargs, protocol=CLASSIC).run(question)
     local = Agent(Folded(HFChatModel(str(server["dir"]), device="cpu", max_new_tokens=16, temperature=0.0)),
-                  **kwargs).run(question)
+                  **kwargs, protocol=CLASSIC).run(question)
     assert [s.text for s in result.steps] == [s.text for s in local.steps] and result.steps[0].text.strip()
     assert (result.stop_reason, result.finished, result.answer) == (local.stop_reason, local.finished, local.answer)
     assert result.finished and result.stop_reason in ("final_answer", "no_action", "max_turns")
@@ -168,7 +173,7 @@ def test_agent_calls_a_tool_and_answers_through_the_stub(stream):
     chunks: list[str] = []
     with OpenAIStub([TOOL_REPLY, FINAL_REPLY]) as stub:
         agent = Agent(stub_model(stub, api_key=KEY), tools=[Calculator()], max_new_tokens=64,
-                      on_text=chunks.append if stream else None)
+                      on_text=chunks.append if stream else None, protocol=CLASSIC)
         result = agent.run("What is 6 times 7?")
     assert result.finished and result.answer == "42" and result.steps[0].observation == "42"
     first, second = (r["body"] for r in stub.requests)
@@ -192,7 +197,7 @@ def test_agent_calls_a_tool_and_answers_through_the_stub(stream):
 
 def test_fold_sends_the_scratchpad_inside_the_last_user_message():
     with OpenAIStub([TOOL_REPLY, FINAL_REPLY]) as stub:
-        result = Agent(stub_model(stub, scratchpad="fold"), tools=[Calculator()]).run("What is 6 times 7?")
+        result = Agent(stub_model(stub, scratchpad="fold"), tools=[Calculator()], protocol=CLASSIC).run("What is 6 times 7?")
     assert result.answer == "42"
     second = stub.requests[1]["body"]
     assert "continue_final_message" not in second and [m["role"] for m in second["messages"]] == ["system", "user"]
@@ -251,14 +256,14 @@ def test_stop_strings_the_server_returns_are_trimmed_even_past_the_fourth():
     reply = "Thought: compute\nAction: calculator\nAction Input: {}\nObservation: 1"
     with OpenAIStub(reply) as stub:
         text = stub_model(stub).generate(USER, stop=["w", "x", "y", "z", "Observation:"])
-    assert text == reply[:reply.index("Observation:")]
+    assert text.text == reply[:reply.index("Observation:")]
 
 
 def test_streaming_holds_back_text_that_may_start_a_stop_string():
     seen: list[str] = []
     with OpenAIStub("Final Answer: O-ring Obs\nObservation: x", chunk_chars=2) as stub:
         text = stub_model(stub).generate(USER, stop=["Observation:"], on_text=seen.append)
-    assert text == "Final Answer: O-ring Obs\n" == "".join(seen)
+    assert text.text == "Final Answer: O-ring Obs\n" == "".join(seen)
 
 
 def test_api_key_comes_from_the_environment_and_is_never_shown(monkeypatch, caplog):
@@ -266,7 +271,7 @@ def test_api_key_comes_from_the_environment_and_is_never_shown(monkeypatch, capl
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     with OpenAIStub("Final Answer: ok", require_key=KEY) as stub:
         model = stub_model(stub)
-        assert model.generate(USER) == "Final Answer: ok"
+        assert model.generate(USER).text == "Final Answer: ok"
         wrong = stub_model(stub, api_key="sk-wrong-key-000")
         with pytest.raises(RequestFailed) as e:
             wrong.generate(USER)
@@ -289,7 +294,7 @@ def test_server_down_is_a_clear_error_naming_the_url(caplog):
 def test_retryable_statuses_are_retried_then_succeed(status):
     with OpenAIStub("Final Answer: ok", script=[status, status]) as stub:
         text = stub_model(stub, max_retries=2).generate(USER)
-    assert text == "Final Answer: ok" and stub.chat_requests == 3
+    assert text.text == "Final Answer: ok" and stub.chat_requests == 3
 
 
 def test_persistent_500s_give_up_after_bounded_retries(caplog):
@@ -310,7 +315,7 @@ def test_a_slow_server_hits_the_timeout_then_a_retry_succeeds():
             stub_model(stub, timeout=0.3, max_retries=0).generate(USER)
         assert time.monotonic() - started < 2.5 and stub_model(stub).url in str(e.value)
         stub.push("slow")
-        assert stub_model(stub, timeout=0.3, max_retries=1).generate(USER) == "Final Answer: ok"
+        assert stub_model(stub, timeout=0.3, max_retries=1).generate(USER).text == "Final Answer: ok"
 
 
 @pytest.mark.parametrize("fault, words", [
@@ -351,8 +356,8 @@ def test_tool_calls_from_a_server_run_and_go_back_with_their_ids(stream):
                                            {"name": "calculator", "arguments": '{"expression": "6+7"'}]}  # brace lost
     with OpenAIStub(replies=[two, "42 and 13"]) as stub:
         chunks: list[str] = []
-        agent = Agent(stub_model(stub), tools=[Calculator()], protocol="tools",
-                      on_text=chunks.append if stream else None)
+        agent = Agent(stub_model(stub), tools=[Calculator()],
+                      on_text=chunks.append if stream else None, protocol=Tools())
         result = agent.run("6*7 and 6+7?")
         first, second = (r["body"] for r in stub.requests)
     assert result.answer == "42 and 13" and [s.observation for s in result.steps[:2]] == ["42", "13"]
@@ -363,11 +368,27 @@ def test_tool_calls_from_a_server_run_and_go_back_with_their_ids(stream):
         ("tool", "call_0", "42"), ("tool", "call_1", "13")]
 
 
+@pytest.mark.parametrize("protocol", ["tools", "auto"])
+def test_the_tools_protocol_fits_its_prompt_to_a_window_the_model_list_states(protocol):
+    """A server whose model list states a window (vLLM's max_model_len) with `protocol: tools` or `auto`: the prompt
+    and the tools shown are counted against it (count_tokens takes `tools`; it raised TypeError on every run)."""
+    models = [{"id": "stub-model", "max_model_len": 4096}]
+    call = {"tool_calls": [{"name": "calculator", "arguments": '{"expression": "6*7"}'}]}
+    with OpenAIStub(replies=[call, "42"], models=models) as stub:
+        model = stub_model(stub)
+        result = Agent(model, tools=[Calculator()], protocol=protocol, max_new_tokens=64).run("6*7?")
+        sent = stub.requests[1]["body"]
+    assert result.answer == "42" and result.stop_reason == "final_answer" and result.protocol == "tools"
+    without = model.count_tokens(sent["messages"])
+    assert model.count_tokens(sent["messages"], tools=sent["tools"]) > without   # the schemas count
+    assert without > model.count_tokens([{**m, "tool_calls": None} for m in sent["messages"]])   # and the calls
+
+
 def test_a_server_that_ignores_tools_is_read_from_its_text_and_broken_calls_are_observations():
     replies = ['<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+2"}}\n</tool_call>',
                {"tool_calls": [{"name": "calculator", "arguments": "{expression: }"}]}, "4"]
     with OpenAIStub(replies=replies) as stub:
-        result = Agent(stub_model(stub), tools=[Calculator()], protocol="tools").run("2+2?")
+        result = Agent(stub_model(stub), tools=[Calculator()], protocol=Tools()).run("2+2?")
     assert [s.kind for s in result.steps] == ["action", "bad_input", "final_answer"]
     assert "Error: bad arguments for calculator" in result.steps[1].observation
 
@@ -379,6 +400,6 @@ def test_real_server_renders_tools_with_its_chat_template(server):
     tools = [{"type": "function", "function": {"name": "calculator", "parameters": {"type": "object"}}}]
     with_tools = model.generate(USER, tools=tools, max_new_tokens=4)
     assert with_tools.prompt_tokens == model.generate(USER, max_new_tokens=4).prompt_tokens
-    result = Agent(model, [Calculator()], protocol="tools", max_turns=2).run("What is 6 times 7?")
+    result = Agent(model, [Calculator()], max_turns=2, protocol=Tools()).run("What is 6 times 7?")
     assert result.protocol == "tools" and result.stop_reason in ("final_answer", "max_turns", "no_forced_answer")
     assert all(s.kind.has_reply for s in result.steps)

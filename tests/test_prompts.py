@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from tinyagent import Agent
+from tinyagent import Agent, ReAct
 from tinyagent.format.examples import EXAMPLES, examples_for
 from tinyagent.format.prompts import format_example
 from tinyagent.text import detect_lang
@@ -86,7 +86,7 @@ def test_examples_render_into_the_agents_system_prompt(scripted, lang, question,
     tools = [Calculator(), LocalSearch()]
     examples = examples_for([t.name_for_model for t in tools], lang)
     model = scripted(["Final Answer: 4"])
-    result = Agent(model, tools=tools, examples=examples).run(question)
+    result = Agent(model, tools=tools, protocol=ReAct(working_first=False, examples=examples)).run(question)
     assert result.lang == lang and result.answer == "4"
     system = model.calls[0]["messages"][0]["content"]
     assert system.endswith(f"\n\n{begin}") and system.count(begin) == 1

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from tinyagent import Agent
+from tinyagent import Agent, ReAct
 from tinyagent.agent import Step
 from tinyagent.engine.prefix_cache import common_prefix_length
 from tinyagent.format.messages import prompt_messages
 from tinyagent.format.prompts import STOP_WORDS
 from tinyagent.format.reading import cut_at_observation
 from tinyagent.models.hf import HFChatModel
-from tinyagent.models.replay import (
+from replay import (
     ForceTokens,
     PassCounter,
     RecordedReply,
@@ -25,6 +25,9 @@ from tinyagent.models.replay import (
     replay_generate,
 )
 from tinyagent.tools.calculator import Calculator
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +69,7 @@ def test_with_stop_strings_exactly_the_reply_is_decoded(base):
     reply_ids = ids_of(model, QUESTION, TOOL_REPLY.text)
     prompt_tokens = model.count_tokens(QUESTION)
     text, counts = replay_generate(model, QUESTION, TOOL_REPLY, stop=STOP)
-    assert text == TOOL_REPLY.text[: -len("\nObservation:")]
+    assert text.text == TOOL_REPLY.text[: -len("\nObservation:")]
     # generation stops on the token that completes the stop string: it is decoded, nothing after it
     assert counts.decoded == counts.forward_passes == len(reply_ids) == counts.reply_tokens
     assert counts.discarded == 0 and counts.calls == 1
@@ -79,10 +82,10 @@ def test_without_stop_strings_the_continuation_is_decoded_then_discarded(base):
     model = wrapper(base, reuse=False)
     both = ids_of(model, QUESTION, TOOL_REPLY.text + TOOL_REPLY.continuation)
     text, counts = replay_generate(model, QUESTION, TOOL_REPLY, stop=None)
-    assert text == TOOL_REPLY.text + TOOL_REPLY.continuation
+    assert text.text == TOOL_REPLY.text + TOOL_REPLY.continuation
     assert counts.decoded == len(both) + 1  # and the end-of-turn token that closes it
     assert counts.discarded == counts.decoded - len(ids_of(model, QUESTION, TOOL_REPLY.text)) > 0
-    assert cut_at_observation(text) == TOOL_REPLY.text[: -len("\nObservation:")]
+    assert cut_at_observation(text.text) == TOOL_REPLY.text[: -len("\nObservation:")]
 
 
 def test_a_reply_that_runs_on_is_generated_until_max_new_tokens(base):
@@ -90,7 +93,7 @@ def test_a_reply_that_runs_on_is_generated_until_max_new_tokens(base):
     looping = RecordedReply(TOOL_REPLY.text, " 72\nThought:", runs_on=True)
     text, counts = replay_generate(model, QUESTION, looping, stop=None, max_new_tokens=80)
     assert counts.decoded == counts.forward_passes == 80
-    assert text.startswith(looping.text + looping.continuation)
+    assert text.text.startswith(looping.text + looping.continuation)
     text, counts = replay_generate(model, QUESTION, looping, stop=STOP, max_new_tokens=80)  # stop strings end it
     assert counts.decoded == len(ids_of(model, QUESTION, looping.text)) and counts.discarded == 0
 
@@ -98,7 +101,7 @@ def test_a_reply_that_runs_on_is_generated_until_max_new_tokens(base):
 def test_a_final_answer_keeps_its_end_token(base):
     model = wrapper(base, reuse=False)
     text, counts = replay_generate(model, QUESTION, FINAL_REPLY, stop=STOP)
-    assert text == FINAL_REPLY.text
+    assert text.text == FINAL_REPLY.text
     assert counts.decoded == len(ids_of(model, QUESTION, FINAL_REPLY.text)) + 1 and counts.discarded == 0
 
 
@@ -121,7 +124,7 @@ def test_reuse_feeds_exactly_the_new_tokens_and_leaves_a_valid_cache(base):
     replay_generate(model, follow, FINAL_REPLY, stop=STOP)
     reused = model.generate(again, stop=STOP, max_new_tokens=12)
     assert reused.cached_tokens > 0
-    assert reused == fresh.generate(again, stop=STOP, max_new_tokens=12)
+    assert reused.text == fresh.generate(again, stop=STOP, max_new_tokens=12).text
 
 
 def test_forcing_the_models_own_choices_sees_the_same_scores(base):
@@ -138,7 +141,7 @@ def test_forcing_the_models_own_choices_sees_the_same_scores(base):
     chosen = [int(scores.argmax()) for scores in seen[0]]  # greedy: the model's own choices
     forced = ForceTokens(chosen, model.end_token_ids)
     again = model.generate(QUESTION, max_new_tokens=10, logits_processor=[recorder(1), forced])
-    assert again == free and len(seen[0]) == len(seen[1])
+    assert again.text == free.text and len(seen[0]) == len(seen[1])
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(*seen))
 
 
@@ -169,7 +172,7 @@ def run_episode(base: HFChatModel, use_stop: bool, reuse: bool) -> tuple:
                              "Observation:", " 12\nFinal Answer: 72"),
                FINAL_REPLY]
     replay = Recording(wrapper(base, reuse), replies, use_stop=use_stop)
-    result = Agent(replay, [Calculator()], lang="en").run("What is 12 times 6?")
+    result = Agent(replay, [Calculator()], lang="en", protocol=CLASSIC).run("What is 12 times 6?")
     return replay, result
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from tinyagent import Agent, tool
+from tinyagent import Agent, ReAct, tool
 from tinyagent.format.reading import read_step
 from tinyagent.tools import Calculator
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 
 @tool
@@ -51,7 +54,7 @@ def first_step(reply: str):
 
     model = ScriptedModel(model_replies)
     # the reply as written: its answer taken as it comes (no re-check), a thought-only reply an error
-    result = Agent(model, tools=TOOLS, max_turns=3, recheck=False, ask_answer=False).run("a question")
+    result = Agent(model, tools=TOOLS, max_turns=3, protocol=ReAct(working_first=False, ask_answer=False, recheck=False)).run("a question")
     return result, result.steps[0], model
 
 
@@ -169,7 +172,7 @@ def test_format_errors_name_the_tool_in_a_one_line_example():
 def test_the_same_format_error_twice_shows_a_complete_step(scripted):
     wrong = 'Action: weather\nAction Input: {"city": "Paris"}'
     model = scripted([wrong, wrong, "Final Answer: x"])
-    result = Agent(model, tools=[Calculator()]).run("?")
+    result = Agent(model, tools=[Calculator()], protocol=CLASSIC).run("?")
     first, second = result.steps[:2]
     assert first.kind == second.kind == "unknown_tool"
     assert "A complete step" not in first.observation
@@ -181,7 +184,7 @@ def test_the_same_format_error_twice_shows_a_complete_step(scripted):
 
 
 def test_a_failed_call_may_be_retried(scripted):
-    from tinyagent.tools.base import ToolError
+    from tinyagent.tools.tool import ToolError
     attempts = []
 
     @tool
@@ -193,7 +196,7 @@ def test_a_failed_call_may_be_retried(scripted):
         return "ok"
 
     call = 'Action: flaky\nAction Input: {"query": "q"}'
-    result = Agent(scripted([call, call, call, "Final Answer: ok"]), tools=[flaky]).run("?")
+    result = Agent(scripted([call, call, call, "Final Answer: ok"]), tools=[flaky], protocol=CLASSIC).run("?")
     assert [s.kind for s in result.steps] == ["tool_error", "action", "repeated_call", "final_answer"]
     assert attempts == ["q", "q"]
 
@@ -202,14 +205,14 @@ def test_a_failed_call_may_be_retried(scripted):
                                           " 42\nThought: more\nAction: x", "Answer: 42"])
 def test_the_forced_answer_is_taken_whether_or_not_the_label_is_restated(scripted, forced_reply):
     call = 'Action: calculator\nAction Input: {"expression": "6*7"}'
-    result = Agent(scripted([call, forced_reply]), tools=[Calculator()], max_turns=1).run("?")
+    result = Agent(scripted([call, forced_reply]), tools=[Calculator()], max_turns=1, protocol=CLASSIC).run("?")
     assert (result.answer, result.finished, result.stop_reason) == ("42", True, "max_turns")
     assert result.steps[-1].kind == "forced_answer"
 
 
 def test_no_forced_answer_is_reported_as_such(scripted):
     call = 'Action: calculator\nAction Input: {"expression": "6*7"}'
-    result = Agent(scripted([call, "Thought: I need more steps"]), tools=[Calculator()], max_turns=1).run("?")
+    result = Agent(scripted([call, "Thought: I need more steps"]), tools=[Calculator()], max_turns=1, protocol=CLASSIC).run("?")
     assert (result.answer, result.finished, result.stop_reason) == ("", False, "no_forced_answer")
     assert result.steps[-1].kind == "no_forced_answer"
 
@@ -217,7 +220,7 @@ def test_no_forced_answer_is_reported_as_such(scripted):
 def test_text_after_the_call_never_enters_the_scratchpad(scripted):
     reply = 'Thought: t\nAction: search\nAction Input: {"query": "x"}\nThought: I bet it says 5\nFinal Answer: 5'
     model = scripted([reply, "Final Answer: y"])
-    result = Agent(model, tools=[search]).run("?")
+    result = Agent(model, tools=[search], protocol=CLASSIC).run("?")
     assert result.steps[0].text == 'Thought: t\nAction: search\nAction Input: {"query": "x"}'
     assert "I bet" not in model.calls[1]["messages"][-1]["content"]
 

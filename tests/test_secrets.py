@@ -128,7 +128,7 @@ CRED_URL = f"http://bob:{URL_PASSWORD}@127.0.0.1:9/v1?api-key={URL_KEY}&model=x"
 
 
 def test_any_urls_credentials_are_stripped_from_what_is_shown():
-    from tinyagent.secrets import redact, secret_scope
+    from tinyagent.redaction import redact, secret_scope
 
     with secret_scope(fresh=True):
         text = (f"calling {CRED_URL} and https://ghp_token1234@github.com/x?access_token=zz99&sig=ab12"
@@ -141,9 +141,9 @@ def test_any_urls_credentials_are_stripped_from_what_is_shown():
 def test_a_base_urls_credentials_become_secrets_of_the_model(caplog):
     import logging
 
-    from tinyagent.http import RequestFailed
+    from tinyagent.jsonhttp import RequestFailed
     from tinyagent.models import OpenAIChatModel
-    from tinyagent.secrets import redact, secret_scope
+    from tinyagent.redaction import redact, secret_scope
 
     caplog.set_level(logging.DEBUG)
     with secret_scope(fresh=True):
@@ -166,7 +166,7 @@ def test_credentials_in_the_base_url_appear_in_no_output(tmp_path):
 @pytest.mark.parametrize("at", [170, 185, 199])
 def test_a_key_straddling_the_cut_of_a_server_error_leaks_no_part(at):
     from tinyagent.models.sse import error_detail
-    from tinyagent.secrets import register_secret, secret_scope
+    from tinyagent.redaction import register_secret, secret_scope
 
     key = "sk-echoed-0123456789abcdefghijklmnopqrstuvwxyz"
     with secret_scope(fresh=True):

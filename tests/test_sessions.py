@@ -1,10 +1,10 @@
-"""The chat page's session store (tinyagent.sessions): ids the server makes, idle sessions evicted after
+"""The chat page's session store (tinyagent.web.sessions): ids the server makes, idle sessions evicted after
 their TTL, a cap on how many are kept. A hand-moved clock: no sleeps."""
 from __future__ import annotations
 
 import pytest
 
-from tinyagent.sessions import SessionsFull, SessionStore
+from tinyagent.web.sessions import SessionsFull, SessionStore
 
 
 class Clock:

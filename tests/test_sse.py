@@ -8,11 +8,14 @@ import threading
 import pytest
 from openai_stub import OpenAIStub
 
-from tinyagent import Agent
-from tinyagent.http import RequestFailed
+from tinyagent import Agent, ReAct
+from tinyagent.jsonhttp import RequestFailed
 from tinyagent.models import OpenAIChatModel
 from tinyagent.text import estimate_tokens
 from tinyagent.tools import Calculator
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 USER = [{"role": "user", "content": "What is 6 times 7?"}]
 CALL = 'Thought: multiply\nAction: calculator\nAction Input: {"expression": "6*7"}\nObservation: 41'
@@ -48,14 +51,14 @@ def test_a_stream_is_closed_at_the_stop_string_and_its_usage_estimated():
         model = model_for(stub)
         text = finishes(lambda: model.generate(USER, stop=["\nObservation:"], on_text=shown.append))
     cut = CALL[:CALL.index("\nObservation:")]
-    assert text == cut == "".join(shown)
+    assert text.text == cut == "".join(shown)
     assert text.prompt_tokens == model.count_tokens(USER) and text.completion_tokens >= estimate_tokens(cut)
 
 
 def test_streamed_content_past_max_new_tokens_ends_the_reply():
     with OpenAIStub("one two three four five six", script=["endless_stream"], chunk_chars=2) as stub:
         text = finishes(lambda: model_for(stub).generate(USER, max_new_tokens=5, on_text=lambda _: None))
-    assert text == "one two th" and text.completion_tokens == 5  # five 2-character pieces: five tokens at least
+    assert text.text == "one two th" and text.completion_tokens == 5  # five 2-character pieces: five tokens at least
 
 
 def test_the_deadline_ends_a_stream_that_sends_no_content():
@@ -105,7 +108,7 @@ def test_the_context_window_is_read_once_from_the_model_list():
 def test_the_agent_fits_a_long_chat_to_the_server_window():
     history = [(f"question {i} " + "words " * 300, f"answer {i}") for i in range(20)]  # ~12,000 estimated tokens
     with OpenAIStub("Final Answer: ok", models=[{"id": "stub-model", "max_model_len": 4096}]) as stub:
-        agent = Agent(model_for(stub), tools=[Calculator()], max_new_tokens=256)
+        agent = Agent(model_for(stub), tools=[Calculator()], max_new_tokens=256, protocol=CLASSIC)
         result = agent.run("the last question", history=history)
         sent = stub.requests[0]["body"]["messages"]
     assert result.answer == "ok"

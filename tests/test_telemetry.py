@@ -20,13 +20,16 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 from test_cli import ROOT, SECRET, TINYAGENT
 
-from tinyagent import Agent, StopReason, tool
+from tinyagent import Agent, ReAct, StopReason, tool
 from tinyagent.agent.approval import Verdict
 from tinyagent.agent.hooks import Hooks
 from tinyagent.agent.telemetry import Tracing
 from tinyagent.runs import run_many
-from tinyagent.secrets import register_secret
+from tinyagent.redaction import register_secret
 from tinyagent.tools import Calculator
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 CALC = 'Thought: compute.\nAction: calculator\nAction Input: {"expression": "6*7"}'
 WAIT_S = 60
@@ -59,7 +62,7 @@ def children(finished, parent) -> list:
 def test_a_two_step_run_is_one_agent_span_over_its_model_and_tool_calls(spans):
     provider, finished = spans
     model = ScriptedModel([CALC, "Thought: done.\nFinal Answer: 42"], usage=(120, 9))
-    result = Agent(model, [Calculator()], max_new_tokens=64, hooks=[Tracing(provider)]).run("What is 6*7?")
+    result = Agent(model, [Calculator()], max_new_tokens=64, hooks=[Tracing(provider)], protocol=CLASSIC).run("What is 6*7?")
     got = finished()
     assert tree(got) == {None: ["invoke_agent tinyagent"],
                          "invoke_agent tinyagent": ["chat ScriptedModel", "execute_tool calculator", "chat ScriptedModel"]}
@@ -96,7 +99,7 @@ def test_captured_text_and_every_attribute_are_redacted(spans, monkeypatch):
     model = ScriptedModel([f"Thought: my key is {SECRET}.\nAction: whoami\nAction Input: {{}}",
                            f"Final Answer: {SECRET}"], usage=(10, 2))
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")   # the standard switch
-    Agent(model, [whoami], hooks=[Tracing(provider)]).run(f"Is {SECRET} my key?")
+    Agent(model, [whoami], hooks=[Tracing(provider)], protocol=CLASSIC).run(f"Is {SECRET} my key?")
     got = finished()
     values = json.dumps([[dict(s.attributes), [dict(e.attributes) for e in s.events], s.status.description]
                          for s in got], default=list)
@@ -119,7 +122,7 @@ def test_a_model_error_and_a_refused_call_are_in_the_trace(spans):
             return super().generate(messages, stop, **kwargs)
 
     result = Agent(Breaks([CALC, "unused"]), [Calculator()], approve=lambda r: Verdict.refuse("not now"),
-                   hooks=[Tracing(provider)]).run("6*7?")
+                   hooks=[Tracing(provider)], protocol=CLASSIC).run("6*7?")
     assert result.stop_reason == StopReason.MODEL_ERROR
     got = finished()
     run = next(s for s in got if s.name.startswith("invoke_agent"))
@@ -138,7 +141,7 @@ def test_a_hook_that_fails_ends_the_run_span_as_a_hook_error(spans):
         def after_tool(self, call):
             raise OSError("cache full")
 
-    Agent(ScriptedModel([CALC, "unused"]), [Calculator()], hooks=[Broken(), Tracing(provider)]).run("6*7?")
+    Agent(ScriptedModel([CALC, "unused"]), [Calculator()], hooks=[Broken(), Tracing(provider)], protocol=CLASSIC).run("6*7?")
     run = next(s for s in finished() if s.name.startswith("invoke_agent"))
     assert run.attributes["tinyagent.stop_reason"] == "hook_error" and run.attributes["error.type"] == "hook_error"
     assert run.status.description == "the hook Broken.after_tool raised OSError: cache full"
@@ -180,7 +183,7 @@ def test_four_runs_in_threads_are_children_of_the_callers_span_each_with_its_own
     def factory():
         with lock:
             reply = CALC.replace("6*7", next(expressions))
-        return Agent(ScriptedModel([reply, "Final Answer: ok"], usage=(30, 4)), [Calculator()], hooks=[meet, tracing])
+        return Agent(ScriptedModel([reply, "Final Answer: ok"], usage=(30, 4)), [Calculator()], hooks=[meet, tracing], protocol=CLASSIC)
 
     with provider.get_tracer("test").start_as_current_span("batch") as batch:
         items = run_many(factory, questions, concurrency=4)
@@ -222,7 +225,7 @@ def test_tool_calls_running_at_once_parent_their_own_spans_under_their_own_call(
         with lock:
             url = next(urls)
         return Agent(ScriptedModel([f'Action: fetch\nAction Input: {{"url": "{url}"}}', "Final Answer: ok"]),
-                     [fetch], hooks=[tracing])
+                     [fetch], hooks=[tracing], protocol=CLASSIC)
 
     items = run_many(factory, ["q"] * 4, concurrency=4)
     assert all(item.ok for item in items)
@@ -247,7 +250,7 @@ def test_runs_batched_on_a_local_model_keep_their_model_spans_under_their_own_ru
     model = HFChatModel(tiny_llama_dir, max_batch=4, dtype="float32")
     tracing, meet = Tagged(provider), Meet(4)
     questions = ["What is 1+1?", "Who wrote Hamlet?", "Capital of France?", "2**10?"]
-    items = run_many(lambda: Agent(model, [Calculator()], max_turns=2, max_new_tokens=12, hooks=[meet, tracing]),
+    items = run_many(lambda: Agent(model, [Calculator()], max_turns=2, max_new_tokens=12, hooks=[meet, tracing], protocol=CLASSIC),
                      questions, concurrency=4)
     assert all(item.ok for item in items), [item.error for item in items]
     assert model._batcher.stepped > model._batcher.passes   # some passes decoded several runs together
@@ -335,3 +338,104 @@ def test_otel_without_the_extra_or_with_an_unknown_exporter_is_a_one_line_error(
                           timeout=WAIT_S)
     assert done.returncode == 2 and done.stderr.strip() == (
         "tinyagent: error: agent.otel: OTEL_TRACES_EXPORTER: 'zipkin' is not one of otlp, console, none")
+
+
+# --- parallel calls, failing processors, a silent collector -------------------------------------------
+
+def test_calls_of_one_reply_run_together_are_children_of_their_run_in_its_trace(spans):
+    """The tools protocol runs a reply's calls in pool threads: each call's span has the run's span as its parent
+    and is in the run's trace (pool threads start with an empty context: they were roots of their own traces)."""
+    provider, finished = spans
+    both = threading.Barrier(2, timeout=WAIT_S)
+
+    @tool
+    def fetch(url: str) -> str:
+        """Fetch a page."""
+        both.wait()   # the two calls are in their pool threads at once
+        return f"page {url}"
+
+    calls = "".join(f'<tool_call>\n{{"name": "fetch", "arguments": {{"url": "{u}"}}}}\n</tool_call>\n' for u in "ab")
+    model = ScriptedModel([calls, "Both fetched."])
+    model.tool_format, model.native_tools = "hermes", True
+    result = Agent(model, [fetch], protocol="tools", hooks=[Tracing(provider)]).run("Fetch a and b.")
+    assert result.answer == "Both fetched."
+    got = finished()
+    run = next(s for s in got if s.name == "invoke_agent tinyagent")
+    tools = [s for s in got if s.name == "execute_tool fetch"]
+    assert len(tools) == 2
+    assert all(s.parent is not None and s.parent.span_id == run.context.span_id for s in tools)
+    assert {s.context.trace_id for s in got} == {run.context.trace_id}
+
+
+class Raises:
+    """A span processor that raises where it is told to (`on_start`, `on_end`)."""
+
+    def __init__(self, where: str):
+        self.where = where
+
+    def on_start(self, span, parent_context=None):
+        if self.where == "on_start":
+            raise RuntimeError("the processor broke on start")
+
+    def _on_ending(self, span):
+        pass
+
+    def on_end(self, span):
+        if self.where == "on_end":
+            raise RuntimeError("the processor broke on end")
+
+    def shutdown(self):
+        pass
+
+    def force_flush(self, timeout_millis=30000):
+        return True
+
+
+@pytest.mark.parametrize("where", ["on_start", "on_end"])
+def test_a_span_processor_that_raises_never_costs_the_answer(where, caplog):
+    """Telemetry is not part of the answer: a processor that raises is logged once and the run ends as it would
+    (it ended with hook_error and lost its answer)."""
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(Raises(where))
+    model = ScriptedModel([CALC, "Thought: done.\nFinal Answer: 42"])
+    with caplog.at_level("WARNING"):
+        result = Agent(model, [Calculator()], hooks=[Tracing(provider)]).run("What is 6*7?")
+    assert result.answer == "42" and result.stop_reason == StopReason.FINAL_ANSWER and result.error is None
+    assert [s.kind for s in result.steps] == ["action", "final_answer"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and f"tracing failed (RuntimeError: the processor broke {where.replace('_', ' ')})" in warnings[0]
+
+
+def test_stopping_tracing_is_bounded_when_the_collector_never_answers():
+    """At exit the spans still queued are exported for at most SHUTDOWN_SECONDS: a provider whose shutdown never
+    returns (an exporter waiting on a collector that accepted and never answers) does not hold the command."""
+    from tinyagent import config
+    from tinyagent.agent import telemetry
+
+    release = threading.Event()
+
+    class Stuck:
+        def shutdown(self):
+            release.wait(WAIT_S)
+
+    finished: list = []
+    stopper = threading.Thread(target=lambda: finished.append(telemetry.shutdown(Stuck(), seconds=0.05)))
+    stopper.start()
+    stopper.join(WAIT_S)
+    try:
+        assert not stopper.is_alive(), "stopping tracing waited for the stuck exporter"
+        assert finished == [False]   # it said the spans were left behind
+        assert config.stop_tracing(None) is None   # no tracing: nothing to stop
+    finally:
+        release.set()
+
+
+def test_the_otlp_exporter_of_configure_has_a_short_timeout_unless_the_variables_set_one(monkeypatch):
+    """Each export waits EXPORT_SECONDS for the collector (the SDK's default is 10 s), unless a variable says."""
+    from tinyagent.agent import telemetry
+
+    for name in ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+    assert telemetry._otlp_exporter(os.environ)._client._timeout == telemetry.EXPORT_SECONDS
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "7")
+    assert telemetry._otlp_exporter(os.environ)._client._timeout == 7

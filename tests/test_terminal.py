@@ -1,8 +1,9 @@
-"""The CLI's approval prompt (tinyagent.terminal), through a real pseudo-terminal: `tinyagent ask` runs
+"""The CLI's approval prompt (tinyagent.cli.terminal), through a real pseudo-terminal: `tinyagent ask` runs
 as a child process whose controlling terminal is a pty this test types into, against a real
 OpenAI-compatible server on 127.0.0.1 (and a real MCP server for --approve). And with no terminal."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import pty
@@ -11,10 +12,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from openai_stub import OpenAIStub
-from test_cli import ROOT, TINYAGENT
+from test_cli import ROOT, TINYAGENT, Failing, StreamingModel, run_cli, use_model  # noqa: F401  (a fixture)
+
+from tinyagent.agent.approval import ApprovalRequest
+from tinyagent.agent.results import Step
+from tinyagent.cli.terminal import TerminalApprover
+from tinyagent.text import escape_controls
 
 WAIT_S = 60
 ECHO_SERVER = str(Path(__file__).with_name("mcp_echo_server.py"))
@@ -146,3 +153,88 @@ def test_without_a_terminal_the_call_is_refused_and_stderr_says_why(approve_calc
             "terminal, or set agent.approve: {calculator: always})") in done.stderr
     assert "Observation: The call to calculator was refused, so it did not run: it needs approval" in done.stdout
     assert "Traceback" not in done.stderr
+
+
+# --- what reaches a terminal: no escape sequence from a model or a tool ---------------------------------
+
+#: What a prompt-injected model or page could write to drive the terminal: OSC 52 (set the clipboard), OSC 0 (the
+#: window title), clear the screen, an 8-bit CSI (C1), a bell, a backspace and a lone carriage return.
+DRIVES = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b]0;pwned\x07\x1b[2J\x9b31m\x08\r"
+
+
+def no_control(text: str) -> bool:
+    return not any(ch in text for ch in "\x1b\x07\x9b\x08\r")
+
+
+def test_escape_controls_shows_them_and_keeps_text_lines_and_tabs():
+    assert escape_controls("a\x1b]0;t\x07b\x9bc\x7fd\te\r\nf") == "a\\u001b]0;t\\u0007b\\u009bc\\u007fd\te\nf"
+    hidden = "x\u202ey\u2066z\u200b"
+    assert escape_controls(hidden) == hidden   # only where a person decides on what they read
+    assert escape_controls(hidden, invisible=True) == "x\\u202ey\\u2066z\\u200b"
+    assert json.loads(escape_controls(json.dumps({"a": hidden + "\x9b"}, ensure_ascii=False), invisible=True)) == {
+        "a": hidden + "\x9b"}   # JSON's own escapes: shown JSON is still the same JSON
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_the_cli_writes_no_escape_sequence_of_the_models_text(use_model, capsys, stream):
+    model = use_model(StreamingModel([f"Thought: {DRIVES}look.\nFinal Answer: 42{DRIVES}"]))
+    code, out, err = run_cli(capsys, "ask", "--tools", "calculator", *([] if stream else ["--no-stream"]), "Q?")
+    assert code == 0 and model.calls
+    assert no_control(out) and no_control(err)
+    assert "Thought: \\u001b]52;c;cm0gLXJmIH4=\\u0007\\u001b]0;pwned\\u0007" in out   # shown, visibly
+    assert "Final Answer: 42\\u001b]52;c;" in out
+
+
+def test_json_output_escapes_what_json_leaves_as_it_is(use_model, capsys):
+    use_model(StreamingModel([f"Final Answer: 42{DRIVES}\x85!"]))
+    code, out, _ = run_cli(capsys, "ask", "--tools", "calculator", "--json", "Q?")
+    assert code == 0 and no_control(out) and "\x85" not in out
+    assert json.loads(out)["answer"] == f"42{DRIVES}\x85!"
+
+
+def test_chat_history_and_errors_on_stderr_are_escaped_too(use_model, capsys, monkeypatch):
+    use_model(Failing([f"Final Answer: 1{DRIVES}"], RuntimeError(f"the server said {DRIVES}"), at=1))
+    monkeypatch.setattr("sys.stdin", io.StringIO("first\nsecond\n/history\n"))
+    code, out, err = run_cli(capsys, "chat", "--tools", "calculator")
+    assert code == 0 and "the server said \\u001b]52" in err and "A: 1\\u001b]52" in out
+    assert no_control(out) and no_control(err)
+
+
+class FakeTerminal:
+    """What TerminalApprover._ask reads and writes: typed lines in, everything written kept."""
+
+    def __init__(self, *lines: str):
+        self.lines, self.written = [line + "\n" for line in lines], ""
+
+    def write(self, text: str) -> None:
+        self.written += text
+
+    def flush(self) -> None:
+        pass
+
+    def readline(self) -> str:
+        return self.lines.pop(0) if self.lines else ""
+
+
+def test_the_approval_prompt_shows_hidden_characters_escaped_and_an_edit_of_what_it_shows_runs_the_same():
+    """What the person reads is what runs: an RLO, an isolate, a zero-width space and an escape sequence in the
+    arguments (or the tool's name) are shown as JSON escapes; typed back as the edit, they mean the same."""
+    hidden = "notes\u202etxt.exe\u2066\u200b\x1b]0;title\x07"
+    tool = SimpleNamespace(name_for_model="write\u202efile")
+    request = ApprovalRequest(tool, {"path": hidden}, Step(index=0, text=""), None)
+    shown = json.dumps({"path": hidden}, ensure_ascii=False)
+    term = FakeTerminal("e", escape_controls(shown, invisible=True))
+    verdict = TerminalApprover()._ask(term, request)
+    assert not set("\u202e\u2066\u200b\x1b\x07") & set(term.written)
+    assert 'Approve write\\u202efile {"path": "notes\\u202etxt.exe\\u2066\\u200b\\u001b]0;title\\u0007"}?' in term.written
+    assert verdict.decision == "edit" and json.loads(verdict.arguments) == {"path": hidden}
+
+
+def test_eval_progress_and_compare_tables_show_a_models_text_escaped():
+    from tinyagent.eval.progress import question_line
+    from tinyagent.eval.table import shown_answer
+
+    record = {"id": "q1", "success": False, "format_valid": True, "tool_errors": [], "steps": 1, "seconds": 1.0,
+              "error": f"the server said {DRIVES}"}
+    assert no_control(question_line(record)) and "\\u001b]52" in question_line(record)
+    assert no_control(shown_answer(f"x{DRIVES}y", 200))

@@ -12,7 +12,7 @@ import torch
 from tiny_models import build_tiny_model
 from tool_templates import LLAMA31, MISTRAL_V3, QWEN3_DROPS_THINKING, QWEN25
 
-from tinyagent import Agent
+from tinyagent import Agent, Tools
 from tinyagent.format.kinds import StepKind
 from tinyagent.format.tool_formats import FORMATS
 from tinyagent.models.hf import HFChatModel
@@ -93,7 +93,7 @@ def test_a_scripted_episode_in_the_familys_own_format(family):
     fmt = FORMATS[name]
     replies = [fmt.write_call("calculator", {"expression": "2+2"}), "The answer is 4."]
     forced, streamed = forcing(model, replies), []
-    result = Agent(forced, TOOLS, protocol="tools", on_text=streamed.append).run("What is 2+2?")
+    result = Agent(forced, TOOLS, on_text=streamed.append, protocol=Tools()).run("What is 2+2?")
     assert result.protocol == "tools" and result.answer == "The answer is 4.", [s.text for s in result.steps]
     call, final = result.steps
     assert (call.kind, call.action, call.arguments, call.observation) == (
@@ -117,7 +117,7 @@ def test_parallel_calls_and_broken_ones_through_the_model(family):
         two += fmt.separator + fmt.write_call("calculator", {"expression": "2+2"})
     broken = fmt.write_call("calculator", {"expression": "3+3"})[:-12]  # cut inside the call
     forced = forcing(model, [two, broken, "done"])
-    result = Agent(forced, TOOLS, protocol="tools", max_turns=4).run("1+1 and 2+2?")
+    result = Agent(forced, TOOLS, max_turns=4, protocol=Tools()).run("1+1 and 2+2?")
     kinds = [(s.kind, s.observation) for s in result.steps]
     assert kinds[:2] == [(StepKind.ACTION, "2"), (StepKind.ACTION, "4")], kinds
     assert result.steps[0].turn == result.steps[1].turn == 0
@@ -136,8 +136,8 @@ def test_a_constrained_episode_is_valid_and_identical_with_kv_reuse(family):
     for m in (model, fresh):
         m.reset_cache()
         chunks: list[str] = []
-        agent = Agent(m, TOOLS, protocol="tools", constrained=True, max_turns=3, max_new_tokens=80,
-                      on_text=chunks.append)
+        agent = Agent(m, TOOLS, max_turns=3, max_new_tokens=80,
+                      on_text=chunks.append, protocol=Tools(constrained=True))
         runs.append((agent.run("What is 12 times 6?"), "".join(chunks)))
     (a, streamed_a), (b, streamed_b) = runs
     assert [s.text for s in a.steps] == [s.text for s in b.steps] and a.answer == b.answer
@@ -159,7 +159,7 @@ def test_a_template_that_re_renders_an_earlier_turn_is_detected_and_reuse_stays_
     for reuse in (True, False):
         forced = forcing(type(model).from_model(model.model, model.tokenizer, reuse_cache=reuse), [])
         forced.replies = [call, "It is 42."]
-        result = Agent(forced, TOOLS, protocol="tools").run("6*7?")
+        result = Agent(forced, TOOLS, protocol=Tools()).run("6*7?")
         results.append((result, forced))
     (a, forced_a), (b, _) = results
     assert [s.text for s in a.steps] == [s.text for s in b.steps] and a.answer == "It is 42."
@@ -178,7 +178,7 @@ def test_concurrent_tools_agents_are_batched_and_answer_as_they_would_alone(tmp_
     questions = ["What is 12 times 6?", "Add 3 and 9.", "What is 2 to the power of 10?"]
 
     def agent():
-        return Agent(model, TOOLS, protocol="tools", constrained=True, max_turns=2, max_new_tokens=60)
+        return Agent(model, TOOLS, max_turns=2, max_new_tokens=60, protocol=Tools(constrained=True))
 
     together = run_many(agent, questions, concurrency=3)
     alone = [agent().run(q) for q in questions]

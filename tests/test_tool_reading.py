@@ -5,6 +5,8 @@ import json
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tinyagent import tool
 from tinyagent.format.arguments import ActionInputError, read_arguments
@@ -198,3 +200,112 @@ def test_react_reads_the_same_repairs_and_one_line_tool_input():
     assert (final.kind, final.answer) == (StepKind.FINAL_ANSWER, "sunny")
     unquoted = read_step("Action: move\nAction Input: {city: Paris, days: 3}", [move])
     assert unquoted.arguments == {"city": "Paris", "days": 3}
+
+
+# --- reading time: linear in the reply ------------------------------------------------------------
+
+LOOKUP_CALL = '{"name": "calculator", "arguments": {"expression": "2+2"'
+UNFINISHED = {  # replies of many lines that open an object: each used to be read to the reply's end
+    "a call repeated, never finished": (LOOKUP_CALL + "\n") * 2000,
+    "lines that open a string": "Thought: hm\n" + '{"a\n' * 2000,
+    "lines that open an object": 'Let me think.\n' + '{"step": "more",\n' * 2000,
+    "a list of unfinished objects": "[\n" + '  {"name": "calculator", "arguments": {\n' * 2000,
+    "fenced and unfinished": "```json\n" + (LOOKUP_CALL + "\n") * 2000,
+    "quotes that pair across lines": ("{'\n" + "{ ' '\n" * 10) * 200,
+}
+
+
+@pytest.mark.parametrize("name", list(UNFINISHED))
+def test_a_reply_is_read_in_time_linear_in_its_length(name, monkeypatch):
+    """The characters examined (scans for the object's end and its depth, what json-repair is fed, the exact
+    parser's input) are a small multiple of the reply's length, where reading every line to the reply's end
+    examined about (lines x length / 2): here some 90 million characters."""
+    from tinyagent.format import arguments, extents, tool_reading
+
+    examined = [0]
+
+    def counted(fn, size):
+        def wrapper(*args, **kwargs):
+            examined[0] += size(*args)
+            return fn(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(arguments, "text_depth", counted(arguments.text_depth, len))
+    monkeypatch.setattr(arguments, "_repaired", counted(arguments._repaired, len))
+    monkeypatch.setattr(arguments.json, "loads", counted(json.loads, lambda text, **_: len(text)))
+    monkeypatch.setattr(arguments, "balanced_object", counted(arguments.balanced_object, lambda t, at: len(t) - at))
+    monkeypatch.setattr(tool_reading, "balanced_object", arguments.balanced_object)
+    made = []
+
+    class Counted(extents.ObjectExtents):
+        def __init__(self, *args):
+            super().__init__(*args)
+            made.append(self)
+
+    monkeypatch.setattr(tool_reading, "ObjectExtents", Counted)
+    reply = UNFINISHED[name]
+    readings = read_calls(reply, TOOLS)
+    examined[0] += sum(e.steps for e in made)
+    assert examined[0] <= 8 * len(reply), f"{examined[0]:,} characters examined for a reply of {len(reply):,}"
+    assert readings and readings[0].text == reply.rstrip()
+
+
+@pytest.mark.parametrize("family", list(FORMATS))
+def test_a_long_run_of_spaces_in_a_tagged_call_is_read_once(family):
+    """A tag's body pattern ends with no `\\s*` after its lazy group: with one, a run of spaces inside the body was
+    read once per character of it (10,000 spaces took 3.5 s, 40,000 took 57 s); now it is read once."""
+    from tinyagent.format.tool_reading import _TAGS
+
+    pattern = _TAGS[family].pattern
+    assert ".*?)\\s*" not in pattern
+    opener = {"hermes": "<tool_call>", "internlm2": "<|action_start|>", "mistral": "[TOOL_CALLS]",
+              "llama3": "<|python_tag|>"}[family]
+    reply = f'{opener}{call_json("calculator", CALC)}' + " " * 20_000 + "."
+    assert calls_of(reply, family) == [(StepKind.ACTION, "calculator", CALC)]
+
+
+def test_a_call_repeated_unfinished_is_still_read_as_that_call():
+    assert calls_of(UNFINISHED["a call repeated, never finished"]) == [(StepKind.ACTION, "calculator", CALC)]
+
+
+def test_object_extents_are_what_scanning_each_start_finds():
+    """ObjectExtents (one backward pass with jumps) agrees with balanced_object from every start."""
+    from tinyagent.format.arguments import balanced_object
+    from tinyagent.format.extents import ObjectExtents
+
+    texts = ['{"a": {"b": 1}}\n{"c": "}"}\n{', "{'\n{ ' '\n{}\n{\"x\": \"{\"}", '{"a": "\\"{"}\n{{}\n}',
+             "{\n{\n}\n}\n{",
+             '{"q": [1, {"r": 2}], "s": "x}y"}\n{"t": "\\\\"}\n']
+    for text in texts:
+        starts = [i for i, ch in enumerate(text) if ch == "{"]
+        extents = ObjectExtents(text, starts)
+        for at in starts:
+            found = balanced_object(text, at)
+            assert extents.end(at) == (at + len(found) if found else None), (text, at)
+
+
+# --- Python-call arguments that are not JSON ------------------------------------------------------
+
+@pytest.mark.parametrize("arguments, problem", [
+    ("expression=b'2+2'", "a Python bytes"), ("expression={1, 2}", "a Python set"),
+    ("expression=" + "-" * 3000 + "1", "nest too deeply"), ("expression={1: 'x'}", "keys that are not text"),
+    ("expression=1j", "a Python complex"),
+])
+def test_python_call_values_json_has_no_form_for_are_a_format_error(arguments, problem):
+    (reading,) = read_calls(f"<|python_tag|>calculator.call({arguments})", TOOLS, FORMATS["llama3"])
+    assert reading.kind == StepKind.BAD_INPUT and reading.arguments is None
+    assert problem in reading.error and reading.error.startswith("bad arguments for calculator:")
+    json.dumps(reading.action_input)   # nothing in the reading is something JSON cannot hold
+
+
+@settings(max_examples=400)
+@given(st.text(alphabet='{}"\'\\\n a[]', max_size=60))
+def test_object_extents_agree_with_balanced_object_on_any_text(text):
+    from tinyagent.format.arguments import balanced_object
+    from tinyagent.format.extents import ObjectExtents
+
+    starts = [i for i, ch in enumerate(text) if ch == "{"]
+    extents = ObjectExtents(text, starts)
+    for at in starts:
+        found = balanced_object(text, at)
+        assert extents.end(at) == (at + len(found) if found else None)

@@ -10,8 +10,11 @@ from typing import Literal, Optional
 
 import pytest
 
-from tinyagent import Tool, tool
+from tinyagent import ReAct, Tool, tool
 from tinyagent.tools import ToolArgumentError, ToolError, ToolTimeout, invoke
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 
 @tool
@@ -267,7 +270,7 @@ def test_optional_and_enum_parameters_through_the_agent(scripted):
 
     model = scripted(["Action: count\nAction Input: 5", 'Action: repeat\nAction Input: {"unit": "k"}',
                       'Action: repeat\nAction Input: {"times": null, "unit": "c"}', "Final Answer: done"])
-    steps = Agent(model, tools=[count, repeat]).run("go").steps
+    steps = Agent(model, tools=[count, repeat], protocol=CLASSIC).run("go").steps
     assert steps[0].observation == "5"  # a bare value for the only parameter, read as a number
     assert steps[1].kind == "bad_input" and 'must be one of "c", "f", null' in steps[1].observation
     assert 'Action Input: {"times": 1, "unit": "c"}' in steps[1].observation  # the form to copy

@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from tinyagent import Agent, tool
-from tinyagent.secrets import (
+from tinyagent import Agent, ReAct, tool
+from tinyagent.redaction import (
     MAX_REDACT_DEPTH,
     NESTED_TOO_DEEPLY,
     REDACTED,
@@ -18,7 +18,10 @@ from tinyagent.secrets import (
     secrets,
 )
 from tinyagent.tools import Calculator, GoogleSearch
-from tinyagent.trace import MAX_DEPTH, TraceWriter, dumps
+from tinyagent.traces import MAX_DEPTH, TraceWriter, dumps
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
+CLASSIC = ReAct(working_first=False, search="tool")
 
 
 def test_redact_env_and_registered_secrets(monkeypatch):
@@ -122,7 +125,7 @@ def test_trace_writer_writes_one_redacted_line_per_step(tmp_path, scripted, monk
     model = scripted(['Action: calculator\nAction Input: {"expression": "6*7"}',
                       "Final Answer: 42 (serper-secret-42)"])
     with TraceWriter(path) as trace:
-        result = Agent(model, tools=[Calculator()], on_step=trace).run("6*7?")
+        result = Agent(model, tools=[Calculator()], on_step=trace, protocol=CLASSIC).run("6*7?")
         trace.write({"event": "result", "result": result})
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [line.get("index") for line in lines[:2]] == [0, 1]
@@ -162,7 +165,7 @@ def test_deep_arguments_to_a_dict_tool_are_an_error_observation_and_the_traced_r
     blob = '{"action": "store", "action_input": ' + deep + "}"
     with TraceWriter(tmp_path / "t.jsonl") as trace:
         agent = Agent(scripted([f"Action: store\nAction Input: {deep}", blob, "Final Answer: ok"]),
-                      tools=[store], on_step=lambda step: trace.write(step))
+                      tools=[store], on_step=lambda step: trace.write(step), protocol=CLASSIC)
         result = agent.run("store it")
     assert [s.kind for s in result.steps] == ["bad_input", "malformed", "final_answer"] and result.answer == "ok"
     assert "nested 901 levels deep (the limit is 20)" in result.steps[0].observation
@@ -180,7 +183,7 @@ def test_a_failing_tool_logs_its_traceback_without_the_key(user_log, scripted):
         raise ConnectionError(f"proxy refused credentials {KEY}")
 
     model = scripted(['Action: lookup\nAction Input: {"query": "x"}', "Final Answer: no"])
-    result = Agent(model, tools=[lookup]).run("q")
+    result = Agent(model, tools=[lookup], protocol=CLASSIC).run("q")
     text = user_log.getvalue()
     assert "tinyagent.agent WARNING tool lookup raised" in text and "Traceback (most recent call last)" in text
     assert f"ConnectionError: proxy refused credentials {REDACTED}" in text and KEY not in text

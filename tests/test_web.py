@@ -17,17 +17,20 @@ import threading
 import gradio
 import pytest
 import requests
-from conftest import ScriptedModel
+from conftest import ScriptedModel, built_as
 from gradio_client import Client
 from live_model import PAUSE, WAIT_S, LiveModel, agents_of, lookup
 from openai_stub import OpenAIStub
 from test_cli import ROOT, SEARCH_THEN_ANSWER, SECRET, TINYAGENT, free_port
 from test_mcp import live_children
 
-from tinyagent import cli, web, web_reply
-from tinyagent import secrets as secret_store
+from tinyagent.cli import commands as cli
+from tinyagent.web import page as web
+from tinyagent.web import reply as web_reply
+from tinyagent import redaction as secret_store
 from tinyagent.agent import Agent
-from tinyagent.tools.base import tool
+from tinyagent.store import SQLiteStore
+from tinyagent.tools.tool import tool
 
 # gradio's queue calls a pandas option that pandas 3 deprecates: not ours to fix
 pytestmark = pytest.mark.filterwarnings("ignore:::gradio.queueing")
@@ -60,6 +63,7 @@ class Visitor:
 
     def __init__(self, url: str, **kwargs):
         self.client, self.key = Client(url, verbose=False, **kwargs), ""
+        self.call = ""  # the id of the call the approval card showed last
 
     def ask(self, question: str) -> tuple[list[dict], str]:
         chat, box, self.key, *_card = self.client.predict(question, self.key, api_name="/respond")
@@ -76,8 +80,10 @@ class Visitor:
     def stop(self) -> None:
         self.client.predict(self.key, api_name="/stop")
 
-    def approve(self, decision: str, arguments: str = "", reason: str = "") -> bool:
-        return self.client.predict(decision, arguments, reason, self.key, api_name="/approve")
+    def approve(self, decision: str, arguments: str = "", reason: str = "", call: str | None = None) -> bool:
+        """Answer the call the card shows (`call`: its id; default the one the card showed last)."""
+        call = self.call if call is None else call
+        return self.client.predict(decision, arguments, reason, self.key, call, api_name="/approve")
 
     def clear(self) -> list:
         return self.client.predict(self.key, api_name="/clear")
@@ -366,7 +372,7 @@ def test_a_steps_argument_line_is_redacted_before_it_is_cut(monkeypatch):
     monkeypatch.setattr(secret_store, "_extra_secrets", set())
     key = "sk-page-0123456789abcdefghijklmnopqrstuv"
     secret_store.register_secret(key)
-    reply = web_reply.Reply("en")
+    reply = web_reply.PageReply("en")
     reply.on_step(Step(index=0, text="Thought: x", kind=StepKind.ACTION, action="lookup", arguments={"name": "n" * 170 + key}))
     log = reply.messages()[0]["metadata"]["log"]
     assert log.startswith('{"name": "' + "n" * 170) and not any(key[:k] in log for k in range(4, len(key) + 1))
@@ -446,7 +452,7 @@ def test_web_serves_the_tools_of_an_mcp_server_and_stops_it_on_exit(monkeypatch)
 
 def serve_once(monkeypatch, argv: list[str], visit) -> int:
     """`tinyagent web ARGV` on a free port, `visit(page)` instead of waiting for Ctrl-C; the exit code."""
-    monkeypatch.setattr(cli.configuration, "build_model", lambda cfg: Memory([]))
+    monkeypatch.setattr(cli.configuration, "build_model", built_as(Memory([])))
 
     def visit_then_close(page) -> None:
         try:
@@ -527,6 +533,7 @@ def test_run_demo_web_serves_the_demo_agent(monkeypatch, capsys):
     demo = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(demo)
     model, answers = LiveModel(["Thought: easy.\nFinal Answer: hello"]), []
+    model.prefers_constrained = True  # as the embedded model the demo runs
 
     def ask_then_close(page) -> None:  # instead of waiting for Ctrl-C
         answers.append(Visitor(page.local_url).ask("Hi?")[0])
@@ -565,3 +572,58 @@ def test_a_chinese_question_gets_chinese_step_titles(start_page):
     assert [m["metadata"]["title"] for m in chat[1:-1]] == ["第 1 步 · lookup", "第 2 步 · 最终答案"]
     assert chat[1]["metadata"]["log"] == '{"name": "周杰伦"}' and "Observation: 周杰伦 was born" in text(chat[1])
     assert text(chat[-1]).startswith("1979年\n\n*[2 steps, ")
+
+
+def test_the_answer_lists_the_sources_of_its_passages(start_page):
+    """A corpus folder on the page: the answer shows, under it, where its passages came from."""
+    from tinyagent.tools import LocalSearch
+
+    docs = LocalSearch(ROOT / "examples" / "docs")
+    model = LiveModel(['Thought: I will search.\nAction: local_search\nAction Input: {"search_query": "error E2"}',
+                       "Thought: I now know the final answer\nFinal Answer: The base cannot sense the kettle.",
+                       'Thought: 搜索。\nAction: local_search\nAction Input: {"search_query": "保修期"}',
+                       "Thought: 我现在知道最终答案了\nFinal Answer: 保修两年。"])
+    visitor = Visitor(start_page(agents_of(model, tools=[docs])))
+    chat, _ = visitor.ask("What does error E2 mean?")
+    assert "Observation: [1] kettle-manual.pdf p. 3\nError codes" in text(chat[1])
+    assert text(chat[-1]).startswith("The base cannot sense the kettle.\n\nSources:\n- kettle-manual.pdf p. 3\n\n*[2 steps")
+    chat, _ = visitor.ask("保修期多长？")
+    assert text(chat[-1]).startswith("保修两年。\n\n出处：\n- zh/常见问题.md § 保修期多长？\n\n*[2 steps")
+
+
+# --- conversations kept in the conversation store (web.store) ------------------------------------------
+
+def test_with_a_store_a_conversation_comes_back_after_a_restart(start_page, tmp_path):
+    path = tmp_path / "c.sqlite3"
+    url = start_page(agents_of(Memory([])), store=SQLiteStore(path))
+    visitor = Visitor(url)
+    shown, _ = visitor.ask("my name is Ada")
+    restarted = start_page(agents_of(Memory([])), store=SQLiteStore(path))  # a new server, the same file
+    again = Visitor(restarted)
+    again.key = visitor.key  # the tab kept its conversation's id
+    chat, _ = again.ask("what is my name?")
+    assert again.key == visitor.key
+    assert chat[:len(shown)] == shown  # the turn before the restart, as it was shown
+    assert text(chat[-1]).startswith("heard my name is Ada | what is my name?")  # the agent has its history
+    stranger = Visitor(restarted)
+    chat, _ = stranger.ask("hello")
+    assert text(chat[-1]).startswith("heard hello") and "Ada" not in json.dumps(chat)
+    stranger.key = visitor.key
+    stranger.clear()  # Clear forgets it in the store too
+    assert SQLiteStore(path).load(visitor.key, owner=web.owner_of(None)) == []
+
+
+def test_with_a_login_the_page_opens_on_the_users_latest_conversation_and_no_one_elses(start_page, tmp_path):
+    path, login = tmp_path / "c.sqlite3", ("alice", "correct-horse-42")
+    alice = Visitor(start_page(agents_of(Memory([])), auth=login, store=SQLiteStore(path)), auth=login)
+    alice.ask("remember 7")
+    fresh = Visitor(start_page(agents_of(Memory([])), auth=login, store=SQLiteStore(path)), auth=login)
+    chat, fresh.key = fresh.client.predict(api_name="/restore")  # what a page that opens asks for
+    assert fresh.key == alice.key and text(chat[-1]).startswith("heard remember 7")
+    chat, _ = fresh.ask("and?")
+    assert text(chat[-1]).startswith("heard remember 7 | and?")
+    page = web.ChatPage(agents_of(Memory([])), store=SQLiteStore(path))  # bob, on the same store
+    assert page.latest("bob") == ([], "") and page.latest(None) == ([], "")
+    *_, (key, chat, label) = page.respond(alice.key, "what was it?", user="bob")
+    assert label is None and key != alice.key and "remember" not in json.dumps(chat)
+    assert page.latest("alice")[1] == alice.key

@@ -6,31 +6,32 @@ from __future__ import annotations
 import pytest
 from conftest import ScriptedModel
 
-from tinyagent import Agent, BaseModel, tool
-from tinyagent.agent.direct import DirectAnswer
+from tinyagent import Agent, BaseModel, ReAct, Tools, tool
+from tinyagent.agent.baselines import DirectAnswer
+from tinyagent.config import ConfigError, load_config
+from tinyagent.config.build import build_protocol
 from tinyagent.eval.scoring import VALID_KINDS
 from tinyagent.format.direct import direct_messages, working_answer
 from tinyagent.format.examples import examples_for
-from tinyagent.format.prompts import (
-    ANSWER_LEAD,
-    FORCE_FINAL,
-    RECHECK,
-    RECHECK_RESULT,
-    THOUGHT_LEAD,
-    build_check_prompt,
-    build_system_prompt,
-)
+from tinyagent.format.prompts import ANSWER_LEAD, THOUGHT_LEAD, build_check_prompt, build_system_prompt
+from tinyagent.format.templates import shipped
 from tinyagent.format.reading import read_step
 from tinyagent.tools import Calculator
+
+#: ReAct from the first reply: these tests drive the loop itself (the working first is tested below)
+CLASSIC = ReAct(working_first=False, search="tool")
+FORCE_FINAL, RECHECK = ({lang: shipped().text(name, lang) for lang in ("en", "zh")}
+                        for name in ("react.force_final", "react.recheck"))
 
 CALC = 'Action: calculator\nAction Input: {"expression": "3 * 4 + 1"}'
 WORKING = "Thought: Ann has 3 bags of 4 apples, so 3 * 4 = 12.\nShe finds 1 more: 12 + 1 = 13.\nI will check it."
 
 
-def raw(replies, **kwargs):
-    """An agent over replies taken as written (no `Thought:` lead), and its model."""
+def raw(replies, max_turns: int = 5, **settings):
+    """An agent over replies taken as written (no `Thought:` lead), and its model; `settings` are ReAct's."""
     model = ScriptedModel(replies)
-    return Agent(model, tools=[Calculator()], thought_first=False, **kwargs), model
+    protocol = ReAct(working_first=False, thought_first=False, **settings)
+    return Agent(model, tools=[Calculator()], protocol=protocol, max_turns=max_turns), model
 
 
 def test_a_long_multi_line_thought_is_one_step_and_its_call_runs():
@@ -59,7 +60,7 @@ def test_a_direct_answer_is_a_valid_first_step_and_calls_no_tool():
         return "?"
 
     model = ScriptedModel(["Thought: 2 + 2 is 4; no tool is needed.\nFinal Answer: 4"])
-    result = Agent(model, tools=[lookup], thought_first=False).run("What is 2 + 2?")
+    result = Agent(model, tools=[lookup], protocol=ReAct(working_first=False, thought_first=False)).run("What is 2 + 2?")
     assert [s.kind for s in result.steps] == ["final_answer"] and result.steps[0].kind in VALID_KINDS
     assert result.answer == "4" and result.stop_reason == "final_answer" and ran == [] and len(model.calls) == 1
 
@@ -119,7 +120,7 @@ class Continuing(BaseModel):
 
 def test_each_reply_is_begun_with_thought_so_the_model_reasons_first():
     model = Continuing([" 3 * 4 = 12, plus 1 is 13. I will check.\n" + CALC, " It checks out.\nFinal Answer: 13"])
-    result = Agent(model, tools=[Calculator()], thought_first=True).run("How many apples?")
+    result = Agent(model, tools=[Calculator()], protocol=ReAct(working_first=False, thought_first=True)).run("How many apples?")
     assert model.calls[0][-1] == {"role": "assistant", "content": THOUGHT_LEAD}
     assert result.steps[0].text.startswith("Thought: 3 * 4 = 12") and result.steps[0].kind == "action"
     assert model.calls[1][-1]["content"].endswith("Observation: 13\n" + THOUGHT_LEAD)
@@ -129,7 +130,7 @@ def test_each_reply_is_begun_with_thought_so_the_model_reasons_first():
 def test_a_reply_that_only_reasons_is_asked_its_answer_in_the_same_step():
     streamed = []
     model = Continuing([" 3 * 4 = 12 and 12 + 1 = 13.\nSo Ann has 13 apples.", " 13"])
-    result = Agent(model, tools=[Calculator()], on_text=streamed.append, thought_first=True).run("How many apples?")
+    result = Agent(model, tools=[Calculator()], on_text=streamed.append, protocol=ReAct(working_first=False, thought_first=True)).run("How many apples?")
     (step,) = result.steps
     assert step.kind == "answer_asked" and step.kind not in VALID_KINDS  # scored as a format slip
     assert result.answer == "13" and result.stop_reason == "final_answer" and result.finished
@@ -140,11 +141,14 @@ def test_a_reply_that_only_reasons_is_asked_its_answer_in_the_same_step():
 
 
 def test_no_lead_when_constrained_or_in_the_tools_protocol():
-    agent = Agent(ScriptedModel([]), tools=[Calculator()], protocol="tools", thought_first=True)
-    assert agent.protocol.lead == ""
-    assert Agent(ScriptedModel([]), tools=[Calculator()]).protocol.lead == THOUGHT_LEAD
+    assert Agent(ScriptedModel([]), tools=[Calculator()], protocol="tools").protocol.lead == ""
+    with pytest.raises(TypeError):
+        Tools(thought_first=True)  # a ReAct setting cannot be given to the tools protocol
+    led = ReAct(thought_first=True)
+    assert Agent(ScriptedModel([]), tools=[Calculator()], protocol=led).protocol.lead == THOUGHT_LEAD
+    assert ReAct(thought_first=True, constrained=True).lead == ""
     model = ScriptedModel(["Final Answer: 4"])  # off by default: measured, the lead cost right answers
-    Agent(model, tools=[Calculator()]).run("2 + 2?")
+    Agent(model, tools=[Calculator()], protocol=CLASSIC).run("2 + 2?")
     assert model.calls[0]["messages"][-1]["role"] == "user"
 
 
@@ -153,11 +157,12 @@ def test_no_lead_when_constrained_or_in_the_tools_protocol():
 def test_the_prompt_only_grows_on_a_real_chat_template(tiny_llama_dir, question):
     wrong = '\nAction: weather\nAction Input: {"city": "x"}'
     replies = [" 3 * 4 = 12." + wrong, "\nFinal Answer: 12", " 3 * 4 + 1 = 13\n" + CALC, " done.", " 13"]
-    result = run_on_real_template(tiny_llama_dir, replies, question, max_turns=4, thought_first=True)
+    result = run_on_real_template(tiny_llama_dir, replies, question, ReAct(working_first=False, thought_first=True),
+                                  max_turns=4)
     assert [s.kind for s in result.steps] == ["unknown_tool", "recheck", "action", "answer_asked"]
 
 
-def run_on_real_template(tiny_llama_dir, replies, question, **agent_kwargs):
+def run_on_real_template(tiny_llama_dir, replies, question, protocol: ReAct, **agent_kwargs):
     """An agent's run over `replies` (taken as written), with each prompt rendered by the tiny Llama's real
     chat template and checked to extend the last one token for token; the run's result."""
     from tinyagent.models import HFChatModel
@@ -170,7 +175,7 @@ def run_on_real_template(tiny_llama_dir, replies, question, **agent_kwargs):
             ids.append(real.encode_prompt(real.render_prompt(messages)))
             return super().generate(messages, stop, **kwargs)
 
-    result = Agent(Tokens(replies), tools=[Calculator()], **agent_kwargs).run(question)
+    result = Agent(Tokens(replies), [Calculator()], protocol, **agent_kwargs).run(question)
     assert len(ids) == len(replies)
     for before, after in zip(ids, ids[1:]):
         assert after[: len(before)] == before  # each prompt extends the last, token for token
@@ -249,13 +254,13 @@ def test_an_answer_that_only_repeats_the_last_result_is_sent_back_with_recheck_r
     agent, model = raw([first, "Final Answer: 12", CALC, "Final Answer: 13"], recheck="results")
     result = agent.run("Ann has 3 bags of 4 apples and finds one more. How many?")
     assert [s.kind for s in result.steps] == ["action", "recheck", "action", "final_answer"]
-    assert result.steps[1].observation == RECHECK_RESULT["en"].format(result="12") and result.answer == "13"
+    assert result.steps[1].observation == shipped().fill("react.recheck_result", "en", result="12") and result.answer == "13"
     agent, _ = raw([first, "Final Answer: 12"])  # the default checks only answers after a failed call
     assert [s.kind for s in agent.run("?").steps] == ["action", "final_answer"]
     agent, _ = raw([first, "Final Answer: about a dozen"], recheck="results")  # not the result: taken
     assert [s.kind for s in agent.run("?").steps] == ["action", "final_answer"]
     with pytest.raises(ValueError, match="recheck must be one of off, failed, results"):
-        Agent(ScriptedModel([]), recheck="always")
+        Agent(ScriptedModel([]), protocol=ReAct(working_first=False, recheck="always"))
 
 
 def test_a_thought_only_reply_is_asked_its_answer_without_the_lead_too():
@@ -277,7 +282,7 @@ ALONE = "3 bags of 4 apples is 3 * 4 = 12.\nWith one more: 12 + 1 = 13.\nThe ans
 
 def test_working_first_asks_the_question_as_the_model_alone_then_offers_the_tools():
     model = ScriptedModel([ALONE, "Thought: My working is right.\nFinal Answer: 13"])
-    result = Agent(model, tools=[Calculator()], working_first=True).run(QUESTION)
+    result = Agent(model, tools=[Calculator()], protocol=ReAct(working_first=True)).run(QUESTION)
     alone = ScriptedModel([ALONE])
     DirectAnswer(alone).run(QUESTION)
     assert model.calls[0]["messages"] == alone.calls[0]["messages"] == direct_messages(QUESTION, "en")
@@ -291,7 +296,7 @@ def test_working_first_asks_the_question_as_the_model_alone_then_offers_the_tool
 
 def test_a_check_after_the_working_runs_its_call_and_its_answer_is_the_runs():
     model = ScriptedModel([ALONE, "Thought: I check 3 * 4 + 1\n" + CALC, "Thought: 13 agrees.\nFinal Answer: 13"])
-    result = Agent(model, tools=[Calculator()], working_first=True).run(QUESTION)
+    result = Agent(model, tools=[Calculator()], protocol=ReAct(working_first=True)).run(QUESTION)
     assert [s.kind for s in result.steps] == ["working", "action", "final_answer"]
     assert result.steps[1].observation == "13" and result.answer == "13"
     last = model.calls[2]["messages"]
@@ -303,7 +308,7 @@ def test_a_check_after_the_working_runs_its_call_and_its_answer_is_the_runs():
 def test_the_check_and_the_turn_cap_come_after_the_working():
     loop = "Thought: again\n" + 'Action: calculator\nAction Input: {"expression": "1 + %d"}'
     model = ScriptedModel([ALONE, *[loop % i for i in range(2)], "13"])
-    result = Agent(model, tools=[Calculator()], working_first=True, max_turns=2).run(QUESTION)
+    result = Agent(model, tools=[Calculator()], max_turns=2, protocol=ReAct(working_first=True)).run(QUESTION)
     assert [s.kind for s in result.steps] == ["working", "action", "action", "forced_answer"]  # two turns after it
     assert result.answer == "13" and result.stop_reason == "max_turns"
     assert model.calls[-1]["messages"][-1]["content"].endswith(FORCE_FINAL["en"])
@@ -312,7 +317,7 @@ def test_the_check_and_the_turn_cap_come_after_the_working():
 @pytest.mark.parametrize("lang,question", [("en", QUESTION), ("zh", "小明有3袋苹果，每袋4个，又捡到1个。一共有几个？")])
 def test_a_working_without_an_answer_line_is_asked_to_be_checked(lang, question):
     model = ScriptedModel(["3 * 4 = 12, then 12 + 1.", "Final Answer: 13"])
-    result = Agent(model, tools=[Calculator()], working_first=True).run(question)
+    result = Agent(model, tools=[Calculator()], protocol=ReAct(working_first=True)).run(question)
     check = model.calls[1]["messages"][-1]["content"]
     assert check == build_check_prompt([Calculator()], lang, None) == result.steps[0].observation
     assert model.calls[0]["messages"] == direct_messages(question, lang)
@@ -320,19 +325,21 @@ def test_a_working_without_an_answer_line_is_asked_to_be_checked(lang, question)
 
 def test_working_first_keeps_the_conversation_and_is_refused_with_the_tools_protocol():
     model = ScriptedModel([ALONE, "Final Answer: 13", "The answer is 14.", "Final Answer: 14"])
-    agent = Agent(model, tools=[Calculator()], working_first=True)
+    agent = Agent(model, tools=[Calculator()], protocol=ReAct(working_first=True))
     agent.chat(QUESTION)
     agent.chat("And with one more?")
     assert model.calls[2]["messages"] == [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": "13"},
                                           *direct_messages("And with one more?", "en")]
-    with pytest.raises(ValueError, match="working_first needs the ReAct protocol"):
-        Agent(ScriptedModel([]), tools=[Calculator()], protocol="tools", working_first=True)
+    with pytest.raises(TypeError):
+        Tools(working_first=True)  # the working first is ReAct's: it cannot be written for the tools protocol
+    with pytest.raises(ConfigError, match="agent.working_first: a setting of another protocol than tools"):
+        build_protocol(load_config(overrides={"agent.protocol": "tools", "agent.working_first": True}), ScriptedModel([]))
 
 
 def test_the_working_is_decoded_free_when_the_steps_are_constrained():
     pytest.importorskip("outlines")
     model = ScriptedModel([ALONE, "Thought: My working is right.\nFinal Answer: 13"])
-    Agent(model, tools=[Calculator()], working_first=True, constrained=True).run(QUESTION)
+    Agent(model, tools=[Calculator()], protocol=ReAct(working_first=True, constrained=True)).run(QUESTION)
     assert "constraint" not in model.calls[0]["kwargs"] and "constraint" in model.calls[1]["kwargs"]
 
 
@@ -384,7 +391,7 @@ def test_the_answer_a_working_ends_on(reply, answer):
 def test_working_first_prompts_only_grow_on_a_real_chat_template(tiny_llama_dir, question):
     replies = ["3 * 4 = 12 and 12 + 1 = 13.\nThe answer is 13.", "Thought: check it\n" + CALC,
                "Thought: it is 13\nFinal Answer: 13"]
-    result = run_on_real_template(tiny_llama_dir, replies, question, working_first=True)
+    result = run_on_real_template(tiny_llama_dir, replies, question, ReAct(working_first=True))
     assert [s.kind for s in result.steps] == ["working", "action", "final_answer"]
 
 
@@ -392,7 +399,7 @@ def test_people_see_the_working_but_not_the_request_to_check_it():
     from tinyagent.format.observations import observation_line
 
     model = ScriptedModel([ALONE, "Thought: check\n" + CALC, "Final Answer: 13"])
-    working, call, _ = Agent(model, tools=[Calculator()], working_first=True).run(QUESTION).steps
+    working, call, _ = Agent(model, tools=[Calculator()], protocol=ReAct(working_first=True)).run(QUESTION).steps
     assert observation_line(working) is None and working.observation.startswith("Your working's answer is 13.")
     assert observation_line(call) == "Observation: 13"
 
@@ -403,7 +410,7 @@ def test_people_see_the_working_but_not_the_request_to_check_it():
 ])
 def test_a_first_reply_that_is_already_a_react_step_is_acted_on(first, kinds):
     model = ScriptedModel([first, "Thought: done\nFinal Answer: 13"])
-    result = Agent(model, tools=[Calculator()], working_first=True).run(QUESTION)
+    result = Agent(model, tools=[Calculator()], protocol=ReAct(working_first=True)).run(QUESTION)
     assert [s.kind for s in result.steps] == kinds and result.answer == "13"
     assert model.calls[0]["messages"] == direct_messages(QUESTION, "en")
     if len(kinds) == 2:

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from live_model import PAUSE, LiveModel, agents_of, lookup  # noqa: E402  (the scripted models of tests/)
 from playwright.sync_api import expect, sync_playwright  # noqa: E402  (make test-browser installs it)
 
-from tinyagent import web  # noqa: E402
+from tinyagent.web import page as web
 from tinyagent.agent import Agent  # noqa: E402
 from tinyagent.agent.approval import Approver  # noqa: E402
 

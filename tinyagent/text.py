@@ -6,7 +6,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable
 
-from .secrets import redact
+from .redaction import redact
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +190,31 @@ def one_line(error: BaseException, limit: int | None = LINE_LIMIT, with_type: bo
     else:
         text = first or type(error).__name__
     return redact(text) if limit is None else clip(text, limit)
+
+
+# --- text shown on a terminal -------------------------------------------------------------------
+
+#: Characters that drive a terminal instead of showing: the C0 controls but tab and newline, DEL, and the C1
+#: controls (8-bit CSI, OSC, NEL, ...). ESC starts every escape sequence (OSC 52 writes the clipboard, OSC 0
+#: the window title, CSI 2J clears the screen), so escaping it leaves the rest of a sequence as plain text.
+_TERMINAL_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: Characters that change how the text around them shows without showing themselves: bidirectional
+#: overrides, embeddings, isolates and marks, zero-width spaces and joiners, the byte-order mark.
+_INVISIBLE = re.compile("[\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+
+
+def _escaped(match: re.Match) -> str:
+    return f"\\u{ord(match.group(0)):04x}"
+
+
+def escape_controls(text: str, invisible: bool = False) -> str:
+    """Model or tool text made safe to write to a terminal: each control character that could drive it
+    (ESC and the rest of C0 but tab and newline, DEL, C1) shown as a visible `\\u001b`, so no escape
+    sequence reaches the terminal; a CR before a newline dropped. `invisible`: also the characters that
+    reorder or hide text (right-to-left overrides, directional isolates, zero-width characters), where a
+    person decides on what they read (approving a call). The escapes are JSON's, so JSON stays JSON."""
+    text = _TERMINAL_CONTROLS.sub(_escaped, text.replace("\r\n", "\n"))
+    return _INVISIBLE.sub(_escaped, text) if invisible else text
 
 
 # --- names --------------------------------------------------------------------------------------

@@ -1,19 +1,22 @@
-"""The original TinyAgent tutorial's names, kept working in one place.
+"""The original TinyAgent tutorial's names, kept working in one place, around the agent rather than inside it.
 
-The tutorial scanned replies with `parse_latest_plugin_call`, ran tools with `call_plugin`,
-built the prompt with `build_system_input`, answered with `text_completion`, and called its
-model with `model.chat(prompt, history, meta_instruction)`. `TutorialModel` gives every
-`BaseModel` its `chat`, `TutorialAgent` gives the `Agent` the rest; both only call the public
-methods of the class they are part of, so the loop itself carries no branch for them.
+The tutorial scanned replies with `parse_latest_plugin_call`, ran tools with `call_plugin`, built the prompt
+with `build_system_input`, answered with `text_completion`, and called its model with
+`model.chat(prompt, history, meta_instruction)`. `TutorialAgent(agent)` and `TutorialModel(model)` give an
+`Agent` and a `BaseModel` those methods; the functions below read a reply the tutorial's way.
+
+    agent = TutorialAgent(Agent(model, tools))
+    answer, history = agent.text_completion("Which year was Jay Chou born?")
 """
 from __future__ import annotations
 
+from .agent import Agent
 from .format.arguments import read_arguments
 from .format.kinds import StepKind
 from .format.messages import history_to_messages
 from .format.names import clean_tool_name
-from .format.observations import error_observation
 from .format.reading import cut_at_observation, read_forced_answer, read_step
+from .models.model import BaseModel, Reply
 
 
 def parse_latest_plugin_call(text: str) -> tuple[str, str, str]:
@@ -45,34 +48,46 @@ parse_forced_answer = read_forced_answer
 
 
 class TutorialModel:
-    """`chat` for every model: the tutorial's call shape over `generate`."""
+    """A model with the tutorial's `chat`; everything else is the model's own."""
+
+    def __init__(self, model: BaseModel):
+        self.model = model
+
+    def __getattr__(self, name: str):
+        return getattr(self.model, name)
 
     def chat(self, prompt: str, history: list | None = None, meta_instruction: str = "") -> tuple[str, list]:
         """One user turn; returns (response, history + [(prompt, response)])."""
         messages = [{"role": "system", "content": meta_instruction}] if meta_instruction else []
         messages += history_to_messages(history)
         messages.append({"role": "user", "content": prompt})
-        response = str(self.generate(messages)).strip()
+        response = Reply.of(self.model.generate(messages)).text.strip()
         return response, list(history or []) + [(prompt, response)]
 
 
 class TutorialAgent:
-    """The tutorial's agent methods, on top of the Agent's own (`system_prompt_for`, `run`, `_step_of`)."""
+    """An agent with the tutorial's methods; everything else is the agent's own."""
+
+    def __init__(self, agent: Agent):
+        self.agent = agent
+
+    def __getattr__(self, name: str):
+        return getattr(self.agent, name)
 
     def build_system_input(self, lang: str = "en") -> str:
         """The system prompt: tool descriptions and the ReAct format in `lang`."""
-        return self.system_prompt_for(lang)
+        return self.agent.system_prompt_for(lang)
 
     parse_latest_plugin_call = staticmethod(parse_latest_plugin_call)
 
     def call_plugin(self, plugin_name: str, plugin_args: str) -> str:
         """Run a tool from the raw text a model wrote, outside any run; always returns an observation."""
-        reading = read_step(f"Action: {plugin_name}\nAction Input: {plugin_args}", self.tools.values())
+        reading = read_step(f"Action: {plugin_name}\nAction Input: {plugin_args}", self.agent.tools.values())
         if reading.kind != StepKind.ACTION:
-            return error_observation(reading.error)
-        return self._step_of(0, reading, "en", None).observation
+            return self.agent.protocol.error_observation(reading.error, None, self.agent.prompts)
+        return self.agent.act(reading).observation
 
     def text_completion(self, text: str, history: list | None = None) -> tuple[str, list]:
         """TinyAgent's entry point: answer `text` given (question, answer) history."""
-        result = self.run(text, history=history)
+        result = self.agent.run(text, history=history)
         return result.answer, list(history or []) + [(text, result.answer)]

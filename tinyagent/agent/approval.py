@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..format.arguments import ActionInputError, bad_input_message
 from ..text import StrEnum
-from ..tools.base import Tool, ToolError
+from ..tools.tool import Tool, ToolError
 from .hooks import Hooks, Run, ToolCall
 from .results import Step
 

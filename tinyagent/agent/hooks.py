@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from ..format.arguments import read_arguments
 from ..format.kinds import StepKind
 from ..format.messages import Message
-from ..models.base import BaseModel
+from ..models.model import BaseModel
 from ..text import one_line
-from ..tools.base import Tool
+from ..tools.tool import Tool
 from .results import AgentResult, Step
 
 log = logging.getLogger(__package__)

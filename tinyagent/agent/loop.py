@@ -1,7 +1,11 @@
-"""The loop: ask the model for a step, run the tools it calls, append the results, repeat; in ReAct text or
-the model's own tool-call format (`protocols.py`).
+"""The loop: ask the model for a step, run the tools it calls, append the results, repeat, until a final
+answer or the turn cap; then one forced answer.
 
-A little over 300 lines: the loop with its model and tool calls through the hooks reads best whole."""
+How the model is talked to is the protocol's (`react.ReAct`, ReAct text, or `tools_protocol.Tools`, the
+model's own tool-call format): the loop asks it for the prompt of each call, what a reply says, and what to
+do around a turn. Everything else is here, the same for both, and reads top to bottom: `run` -> `_steps`
+(the turns) -> `_act` (one reply's calls) -> `_prepare_call` / `_run_tool` (one call, through the hooks).
+"""
 from __future__ import annotations
 
 import inspect
@@ -10,78 +14,65 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..format.arguments import bad_input_message
+from ..format.direct import short_answer
 from ..format.kinds import StepKind
-from ..format.messages import Message
+from ..format.reading import Reading
 from ..format.step_format import require_outlines
-from ..models.base import BaseModel, usage_of
-from ..text import lang_for, one_line
-from ..tools.base import Tool
-from ..tools.base import tool as make_tool
-from ..tools.calculator import Calculator
-from ..tools.llm_tool import LLMTool
-from ..tutorial import TutorialAgent
-from . import context
-from .acting import Acting
+from ..format.templates import Overrides, Prompts, prompts_for
+from ..models.model import BaseModel
+from ..text import lang_for
+from ..tools.tool import Tool
+from ..tools.tool import tool as make_tool
+from . import context, shaping, tool_calls
+from .answer_schema import AnswerError, AnswerSchema
 from .approval import Approver, Ask, as_approver
-from .hooks import HookFailed, Hooks, ModelCall, Run, around, guarded, notify
-from .protocols import protocol_for
+from .hooks import HookFailed, Hooks, around
+from .protocols import PROTOCOLS, BaseProtocol, ProtocolName
+from .react import ReAct
 from .results import AgentResult, Generation, Step, StopReason
+from .run import ModelFailed, RunState
+from .tool_calls import DEFAULT_TOOL_TIMEOUT
+from .tools_protocol import Tools
 
-#: Answers sent back once to be checked: none; right after a failed call; also one repeating the last result.
-RECHECKS = ("off", "failed", "results")
 STUCK_REPEATS = 2  # repeated calls in a row after which the turn cap's answer is asked at once
 
 log = logging.getLogger(__package__)  # "tinyagent.agent", for the whole loop
 
-DEFAULT_MAX_OBSERVATION_CHARS = 4000
-DEFAULT_DISTILL_THRESHOLD = 1500
-DEFAULT_TOOL_TIMEOUT = 120.0
 
+class Agent:
+    """An agent over any `BaseModel` and a list of tools (`Tool`s or plain functions, made tools by `@tool`).
 
-class Agent(Acting, TutorialAgent):
-    """A ReAct agent over any `BaseModel` and a list of tools.
-
-    One `Agent` keeps one conversation (`chat`); use one instance per thread.
+    `protocol` is how the model calls tools: "react" (ReAct text, the default; `ReAct(...)` sets its
+    options), "tools" (the model's own tool-call format, `Tools(...)`) or "auto" (`auto_protocol`).
+    `lang` is "auto" (from each question), "en" or "zh"; `max_turns` caps the model's replies before a
+    forced answer. `prompts` overrides any prompt text (`format.templates`: {"react.system": ...} or a
+    YAML file). `observations` shapes tool output (`shaping.Observations`); `tool_timeout` bounds a call.
     `on_step(step)` is called after each step, `on_text(text)` with text as the model writes it.
-    `constrained=True` has the model decode only replies in the format for these tools
-    (`format.step_format.next_step_format`); the model must support it (`HFChatModel` with outlines).
-    `protocol` is how the model calls tools: "react" (ReAct text, the default), "tools" (the model's own
-    tool-call format, `protocols.Tools`; several calls in one reply run together) or "auto"
-    (`protocols.auto_protocol`); each result says which it used (`AgentResult.protocol`).
-    `approve` (a callable or an `Approver`) is asked before tool calls run (approval.py); `hooks`
-    run around each run, model call and tool call (hooks.py), after the approver.
-    `working_first=True` (ReAct only) has the model first answer as it would alone (the direct prompt of
-    `format.direct`, no tools), then offers it the tools to check that working, with the working's answer
-    as the answer to give when it holds; None: on for ReAct decoded free (the config's default).
-    `check_arithmetic=True` (with `working_first`) has the calculator check the working's written arithmetic
-    and set its first wrong result right, the model going on from there (`tools.arithmetic`); None: on when
-    the calculator is one of the tools.
+    `approve` (a callable or an `Approver`) is asked before tool calls run (approval.py); `hooks` run
+    around each run, model call and tool call (hooks.py), after the approver. Other keywords are the
+    model's generation settings (max_new_tokens, temperature, ...).
+    One `Agent` keeps one conversation (`chat`); use one instance per thread. With `memory` (any object with
+    `load()`, `append(question, result)` and `forget()`, such as `tinyagent.store.SQLiteStore().conversation(
+    "trip")`) that conversation survives a restart: its turns are the history at the start, each chat adds one.
     """
 
     def __init__(
         self,
         model: BaseModel,
         tools: list[Tool | Callable] | None = None,
+        protocol: str | BaseProtocol = "react",
+        *,
         lang: str = "auto",
         max_turns: int = 5,
-        system_prompt: str | None = None,
-        examples: list[dict] | dict[str, list[dict]] | None = None,
-        max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS,
-        llm_fallback: bool = False,
-        distill_observations: bool = False,
-        distill_threshold: int = DEFAULT_DISTILL_THRESHOLD,
-        constrained: bool = False,
+        prompts: Overrides | str | Prompts | None = None,
+        observations: shaping.Observations | None = None,
         tool_timeout: float | None = DEFAULT_TOOL_TIMEOUT,
         on_step: Callable[[Step], None] | None = None,
         on_text: Callable[[str], None] | None = None,
         approve: Approver | Ask | None = None,
         hooks: list[Hooks] | None = None,
-        protocol: str = "react",
-        recheck: bool | str = True,
-        thought_first: bool = False,
-        ask_answer: bool = True,
-        working_first: bool | None = False,
-        check_arithmetic: bool | None = None,
+        memory=None,
         **generate_kwargs,
     ):
         if lang not in ("auto", "en", "zh"):
@@ -91,38 +82,22 @@ class Agent(Acting, TutorialAgent):
         if tool_timeout is not None and not tool_timeout > 0:
             raise ValueError(f"tool_timeout must be a positive number of seconds or None, not {tool_timeout!r}")
         _check_generate_keywords(model, generate_kwargs)
-        if constrained:
-            require_outlines()
         self.model = model
-        self.protocol = protocol_for(protocol, model)
         self.tools: dict[str, Tool] = {}
         for t in tools or []:
             self.add_tool(t)
-        if llm_fallback:
-            self.add_tool(LLMTool(model, lang=None if lang == "auto" else lang))
-        self.lang, self.max_turns, self.system_prompt, self.examples = lang, max_turns, system_prompt, examples
-        self.max_observation_chars = max_observation_chars
-        self.distill_observations, self.distill_threshold = distill_observations, distill_threshold
-        recheck = {True: "failed", False: "off"}.get(recheck, recheck) if isinstance(recheck, bool) else recheck
-        if recheck not in RECHECKS:
-            raise ValueError(f"recheck must be one of {', '.join(RECHECKS)} (or True / False), not {recheck!r}")
-        self.constrained, self.tool_timeout, self.recheck = constrained, tool_timeout, recheck
-        if working_first is None:
-            working_first = default_working_first(self.protocol.react_text, constrained)
-        self.thought_first, self.ask_answer, self.working_first = thought_first, ask_answer, working_first
-        if working_first and not self.protocol.react_text:
-            raise ValueError("working_first needs the ReAct protocol (protocol='react'), not "
-                             f"{self.protocol.name!r}")
-        if check_arithmetic and not working_first:
-            raise ValueError("check_arithmetic checks the model's own working: it needs working_first")
-        self.check_arithmetic = default_check_arithmetic(check_arithmetic, working_first,
-                                                         has_calculator(self.tools.values()))
+        self.protocol = protocol_for(protocol, model).resolved(model, self.tools.values())
+        if self.protocol.constrained:
+            require_outlines()
+        self.lang, self.max_turns, self.tool_timeout = lang, max_turns, tool_timeout
+        self.prompts = prompts_for(prompts)
+        self.observations = observations or shaping.Observations()
         self.on_step, self.on_text = on_step, on_text
         self.hooks: list[Hooks] = ([as_approver(approve)] if approve is not None else []) + list(hooks or [])
         self.generate_kwargs = generate_kwargs
-        self.history: list[tuple[str, str]] = []
+        self.memory = memory
+        self.history: list[tuple[str, str]] = list(memory.load()) if memory is not None else []
         self._stop = threading.Event()
-        self._run: Run | None = None  # the run in progress, as hooks see it
 
     def stop(self) -> None:
         """End the run in progress after its current step (thread-safe); it ends with stop_reason
@@ -141,177 +116,226 @@ class Agent(Acting, TutorialAgent):
         self.tools[t.name_for_model] = t
 
     def system_prompt_for(self, lang: str = "en") -> str:
-        """The system prompt in `lang` (or `system_prompt`): for ReAct, tool descriptions and the format."""
-        if self.system_prompt is not None:
-            return self.system_prompt
-        examples = self.examples.get(lang) if isinstance(self.examples, dict) else self.examples
-        return self.protocol.system_prompt(list(self.tools.values()), lang, examples)
+        """The system prompt in `lang`: for ReAct, the tool descriptions and the format."""
+        return self.protocol.system_prompt(list(self.tools.values()), lang, self.prompts)
 
     def chat(self, question: str) -> AgentResult:
-        """Answer `question` with the earlier turns of this conversation in context."""
+        """Answer `question` with the earlier turns of this conversation in context (and keep the turn in
+        `memory`, when there is one)."""
         result = self.run(question, history=self.history)
         self.history.append((question, result.answer))
+        if self.memory is not None:
+            self.memory.append(question, result)
         return result
 
     def reset(self) -> None:
+        """Forget the conversation (in `memory` too)."""
         self.history = []
+        if self.memory is not None:
+            self.memory.forget()
 
     # --- the loop -------------------------------------------------------------------------
 
-    def run(self, question: str, history: list | None = None) -> AgentResult:
+    def run(self, question: str, history: list | None = None, answer_schema=None) -> AgentResult:
         """Answer one question: step until a final answer or `max_turns`, then force one.
 
+        With `answer_schema` (a JSON Schema as a dict, or a pydantic model class) the final answer is JSON that
+        fits it, as `result.data` (`answer_schema.py`): the question says so, an answer that does not fit is
+        sent back once with what is wrong, and constrained decoding decodes within it.
         A model that raises ends the run with the steps so far (stop_reason "model_error"), and so
         does a hook ("hook_error"); KeyboardInterrupt still interrupts.
         """
         started = time.perf_counter()
         lang = lang_for(self.lang, question)
-        messages = self._conversation(question, history, lang)
-        result = AgentResult(question=question, lang=lang, protocol=str(self.protocol.name))
-        self._run = Run(question, lang, result, self.model, self.tools, self.stop)
+        run = self._state(question, lang)
+        result = run.result
+        run.answer_schema = AnswerSchema.of(answer_schema)
+        asked = question if run.answer_schema is None else (
+            question + "\n\n" + self.prompts.fill("common.answer_format", lang, schema=run.answer_schema.text))
+        run.asked, run.history = asked, list(history or [])
+        run.messages = self.protocol.conversation(asked, history, lang, self.system_prompt_for(lang), self.prompts)
         try:
-            with around(self.hooks, "run", self._run):
-                self._end(result, self._reason(messages, result, lang), started)
+            with around(self.hooks, "run", run.view):
+                _end(result, self._reason(run), started)
         except HookFailed as e:  # before_run or after_run
-            self._end(result, self._no_reply(result, StepKind.HOOK_ERROR, e.message), started)
+            _end(result, _no_reply(run, StepKind.HOOK_ERROR, e.message), started)
         finally:
-            self._run = None
             self._stop.clear()  # the stop, if any, ended this run
         return result
 
-    def _reason(self, messages: list[Message], result: AgentResult, lang: str) -> StopReason:
+    def _reason(self, run: RunState) -> StopReason:
         """Why the run's steps ended; a failure that ended them is recorded as a last step without a reply."""
         try:
-            return self._steps(messages, result, lang)
+            return self._steps(run)
         except context.ContextOverflow as e:
-            return self._no_reply(result, StepKind.CONTEXT_OVERFLOW, str(e), e.notes)
-        except _ModelFailed as e:
-            return self._no_reply(result, StepKind.MODEL_ERROR, e.message)
+            return _no_reply(run, StepKind.CONTEXT_OVERFLOW, str(e), e.notes)
+        except ModelFailed as e:
+            return _no_reply(run, StepKind.MODEL_ERROR, e.message)
         except HookFailed as e:  # recorded here, so that after_run hooks see how the run ended
-            return self._no_reply(result, StepKind.HOOK_ERROR, e.message)
+            return _no_reply(run, StepKind.HOOK_ERROR, e.message)
 
-    @staticmethod
-    def _end(result: AgentResult, reason: StopReason, started: float) -> None:
-        result.stop_reason, result.finished = reason, reason.finished
-        result.seconds = time.perf_counter() - started
-
-    def _steps(self, messages: list[Message], result: AgentResult, lang: str) -> StopReason:
+    def _steps(self, run: RunState) -> StopReason:
         """The run's turns (one model reply each, one step per tool call) up to an answer, the turn cap's
-        forced answer, or a stop request. With `working_first`, the model's own working comes first."""
-        first = self._work(messages, result, lang) if self.working_first else None  # a step already, or None
+        forced answer, or a stop request. The protocol may make a first call of its own (ReAct's working)."""
+        protocol, result = self.protocol, run.result
+        first = protocol.first(run)  # a reply to act on as the first turn, or None
         for turn in range(self.max_turns):
-            if self._stop.is_set():
+            if run.stopped:
                 return StopReason.STOPPED
-            lead = self.protocol.lead if self.thought_first and not self.constrained else ""
-            generation = first or self._generate(messages, result, lead=lead)
-            first, readings = None, self.protocol.read(generation.reply, self.tools.values(), lang)
-            asked = (self._answer_asked(messages, result, generation, lang) if self.ask_answer
-                     and self.protocol.react_text and not self.constrained and len(readings) == 1
-                     and readings[0].thought_only else None)
-            if asked is not None:
-                generation, readings = asked, self.protocol.read(asked.reply, self.tools.values(), lang)
-            for step in self._turn(turn, generation, readings, result, lang):
-                if asked is not None and step.final_answer is not None:
+            generation = first or run.generate(lead=protocol.lead)
+            first, readings = None, protocol.read(generation.reply, self.tools.values(), run.lang, self.prompts)
+            generation, readings, asked = protocol.completed(run, generation, readings)
+            for step in self._act(run, turn, generation, readings):
+                if asked and step.final_answer is not None:
                     step.kind = StepKind.ANSWER_ASKED
-                check = self._recheck_of(step, result, turn, lang) if step.final_answer is not None else None
+                check = protocol.sent_back(run, step, turn, self.max_turns) if step.final_answer is not None else None
+                if check is None and step.final_answer is not None and run.answer_schema is not None:
+                    check = _fitted(run, step, turn + 1 < self.max_turns)
                 if check is not None:
                     step.kind, step.final_answer, step.observation = StepKind.RECHECK, None, check
-                self._record(result, step)
+                run.record(step)
                 if step.final_answer is not None:
-                    result.answer = step.final_answer
+                    result.answer = _answer_of(run, step.final_answer)
                     return StopReason.FINAL_ANSWER if step.kind == StepKind.ANSWER_ASKED else StopReason(step.kind)
             if [s.kind for s in result.steps[-STUCK_REPEATS:]] == [StepKind.REPEATED_CALL] * STUCK_REPEATS:
                 break  # the model is stuck on one call: more turns would repeat it, so the answer is asked now
-        if self._stop.is_set():
+        if run.stopped:
             return StopReason.STOPPED
-        generation = self._generate(messages, result, suffix=self.protocol.forced_suffix(lang), purpose="forced_answer")
-        answer = self.protocol.forced_answer(generation.reply, lang)
-        self._record(result, generation.into(Step(
-            index=len(result.steps), text=generation.reply.rstrip(), final_answer=answer or None,
-            kind=StepKind.FORCED_ANSWER if answer else StepKind.NO_FORCED_ANSWER,
-            error=None if answer else "no final answer at the turn cap")))
-        result.answer = answer
+        generation = run.generate(suffix=protocol.forced_suffix(run.lang, self.prompts), purpose="forced_answer")
+        answer = protocol.forced_answer(generation.text, run.lang, self.prompts)
+        step = generation.into(Step(index=len(result.steps), text=generation.text.rstrip(), final_answer=answer or None,
+                                    kind=StepKind.FORCED_ANSWER if answer else StepKind.NO_FORCED_ANSWER,
+                                    error=None if answer else "no final answer at the turn cap"))
+        if answer and run.answer_schema is not None:
+            _fitted(run, step, may_send_back=False)
+        run.record(step)
+        result.answer = _answer_of(run, answer)
         return StopReason.MAX_TURNS if answer else StopReason.NO_FORCED_ANSWER
 
-    def _no_reply(self, result: AgentResult, kind: StepKind, error: str, notes: list | None = None) -> StopReason:
-        """Record why a run got no reply (its steps so far are kept): the step, and the run's error."""
-        try:
-            self._record(result, Step(index=len(result.steps), text="", kind=kind, error=error, notes=notes or []))
-        except HookFailed as e:  # the hook that failed may fail again on this step: the first error stands
-            log.info("a hook failed on the step that ends the run: %s", e.message)
-        result.answer, result.error = "", error
-        return StopReason(kind)
+    # --- one reply's calls ----------------------------------------------------------------------
 
-    def _call_model(self, messages: list[Message], purpose: str, result: AgentResult | None, **kwargs
-                    ) -> ModelCall:
-        """One model call through the model hooks (which may change the prompt or answer it themselves)."""
-        call = ModelCall(self._run, len(result.steps) if result is not None else 0, purpose, messages, kwargs)
-        with around(self.hooks, "model", call, settled=lambda c: c.reply is not None):
-            if call.reply is None:
-                t0 = time.perf_counter()
-                try:
-                    call.reply = self.model.generate(call.messages, **call.options)
-                except Exception as e:  # a server's 400, out of memory: the run ends, its steps are kept
-                    log.info("the model failed", exc_info=True)
-                    call.error = e
-                    raise _ModelFailed(one_line(e, limit=None)) from e
-                finally:
-                    call.seconds = time.perf_counter() - t0
-        return call
+    def _act(self, run: RunState, turn: int, generation: Generation, readings: list[Reading]) -> list[Step]:
+        """Act on one reply, read (`readings`, the protocol's): one step per tool call (the first with the
+        call's counts). Past the protocol's cap the calls are refused; several run together when the
+        protocol allows it (`tool_calls.run_together`), unless an approver asks about each."""
+        steps = [Step.of(len(run.result.steps) + i, r) for i, r in enumerate(readings)]
+        calls, runs = [], self.protocol.calls_at_once(len(readings))
+        for i, (step, reading) in enumerate(zip(steps, readings)):
+            step.turn = turn if len(steps) > 1 else None
+            if i >= runs and reading.kind == StepKind.ACTION:
+                tool_calls.refuse_extra(step, runs, len(readings), run.lang, self.prompts)
+                continue
+            tool = self._fill(step, reading, run, steps[:i])
+            if tool is not None:
+                calls.append((step, tool))
+        together = self.protocol.together() and not any(isinstance(h, Approver) for h in self.hooks)
+        tool_calls.run_together(calls, run.call_tool, together=together)
+        generation.into(steps[0])
+        return steps
 
-    def _generate(self, messages: list[Message], result: AgentResult, suffix: str = "", purpose: str = "step",
-                  lead: str = "", free: bool = False) -> Generation:
-        """One model call on the conversation plus the run's steps (then `suffix`), as the protocol writes
-        them: its messages, stop strings, tools and, when constrained (and not `free`), the reply's format.
-        `lead` begins the reply (in the prompt, and in the reply returned)."""
-        kwargs, pad = dict(self.generate_kwargs), lead + suffix
-        kwargs.update(self.protocol.options(list(self.tools.values()), result.steps, forced=bool(suffix),
-                                            constrained=self.constrained and not free, lang=result.lang))
-        notes = context.fit_prompt(messages, result.steps, pad, self.model, kwargs, result.lang,
-                                   render=self.protocol.prompt)
-        if self.on_text is not None:
-            kwargs["on_text"] = self.on_text
-            if lead:
-                guarded(self.on_text, "on_text", lead)
-        prompt = self.protocol.prompt(messages, result.steps, pad)
-        notes += self.protocol.before_call(self.model, prompt, kwargs.get("tools"), result.steps)
-        call = self._call_model(prompt, purpose, result, **kwargs)
-        self.protocol.after_call(str(call.reply))
-        usage = usage_of(call.reply)
-        result.add_usage(usage)
-        text = lead + call.reply if str(call.reply).strip() else call.reply  # an empty reply stays empty
-        return Generation(self.protocol.reply(text), usage, call.seconds, notes)
+    def act(self, reading: Reading, lang: str = "en") -> Step:
+        """The step of one reading acted on outside a run (the tutorial's `call_plugin`): its call run through
+        the hooks, or its answer or error observation."""
+        step = Step.of(0, reading)
+        tool = self._fill(step, reading, None)
+        return step if tool is None else self._state("", lang).call_tool(step, tool)
 
-    def _record(self, result: AgentResult, step: Step) -> Step:
-        result.steps.append(step)
-        if self.on_step is not None:
-            guarded(self.on_step, "on_step", step)
-        notify(self.hooks, "on_step", step)
+    def _state(self, question: str, lang: str) -> RunState:
+        """A run's state: its question and language, and what it needs of this agent."""
+        return RunState(question, lang, AgentResult(question=question, lang=lang, protocol=str(self.protocol.name)),
+                        self.model, self.tools, self.protocol, self.prompts, self.hooks, self.generate_kwargs,
+                        self.observations, self.tool_timeout, self._stop, self.on_step, self.on_text)
+
+    def _fill(self, step: Step, reading: Reading, run: RunState | None, earlier: list[Step] = ()) -> Tool | None:
+        """Fill in the step of a reading: a final answer, an error observation, or a call ready to run
+        (its tool is returned; `run` is None outside a run)."""
+        if reading.kind in (StepKind.FINAL_ANSWER, StepKind.NO_ACTION):
+            step.final_answer = reading.answer
+            return None
+        if reading.kind == StepKind.ACTION:
+            return self._prepare_call(step, run, earlier)
+        self._format_error(step, reading.kind, reading.error, run)
+        return None
+
+    def _format_error(self, step: Step, kind: StepKind, message: str, run: RunState | None) -> Step:
+        """An error observation; the same mistake twice in a row also gets a complete worked step."""
+        step.kind, step.error = kind, message
+        last = run.result.steps[-1] if run is not None and run.result.steps else None
+        repeated = last is not None and last.kind == kind and last.error == message and self.tools
+        worked = (self.tools.get(step.action or "") or next(iter(self.tools.values()))) if repeated else None
+        step.observation = self.protocol.error_observation(message, worked, self.prompts)
         return step
 
+    def _prepare_call(self, step: Step, run: RunState | None, earlier: list[Step] = ()) -> Tool | None:
+        """Resolve, validate and guard the step's call: its tool when it is to run, else None (the step
+        then holds the error observation). `earlier`: the steps before it of the same reply."""
+        tool = tool_calls.resolve(step, self.tools)
+        try:
+            step.arguments = tool_calls.validate(tool, step)
+        except tool_calls.BAD_ARGUMENTS as e:
+            step.arguments = None
+            self._format_error(step, StepKind.BAD_INPUT, bad_input_message(tool, e), run)
+            return None
+        same = None if tool.repeatable or run is None else tool_calls.earlier_call(step, [*run.result.steps, *earlier])
+        if same is not None:
+            step.kind, step.error = StepKind.REPEATED_CALL, "repeated call"
+            step.observation = self.protocol.repeated_call(step, same, run.lang, self.prompts)
+            return None
+        return tool
 
-def has_calculator(tools) -> bool:
-    """Whether the shipped calculator is among `tools`: what `check_arithmetic=None` turns on for."""
-    return any(isinstance(t, Calculator) for t in tools)
+
+def protocol_for(spec: str | BaseProtocol, model: BaseModel) -> BaseProtocol:
+    """The protocol `spec` names ("react", "tools", "auto": `auto_protocol`), or `spec` itself; unresolved."""
+    if isinstance(spec, BaseProtocol):
+        return spec
+    if spec not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)} (or a ReAct(...) / Tools(...)), not {spec!r}")
+    return Tools() if (auto_protocol(model) if spec == "auto" else spec) == ProtocolName.TOOLS else ReAct()
 
 
-def default_check_arithmetic(setting: bool | None, working_first: bool, calculator: bool) -> bool:
-    """What `check_arithmetic` means once `working_first` is resolved: never without the working first;
-    None: on when the calculator is one of the tools."""
-    return bool(working_first) and (calculator if setting is None else bool(setting))
+def auto_protocol(model: BaseModel) -> str:
+    """What "auto" picks, by what was measured (docs/tools-protocol.md#measured): ReAct for a local model, even
+    one whose template takes tools (Qwen2.5-Coder-0.5B-Instruct: ReAct answered more questions, with fewer
+    steps, than its own format); the model's own format behind a server that parses calls itself
+    (`tool_call_turns`: vLLM, LMDeploy, llama.cpp, Ollama, `transformers serve`), which was not measured here."""
+    return ProtocolName.TOOLS if getattr(model, "tool_call_turns", False) else ProtocolName.REACT
 
 
-def default_working_first(react_text: bool, constrained: bool) -> bool:
-    """What `working_first=None` means: on where it was measured to help, ReAct text decoded free."""
-    return react_text and not constrained
+def _answer_of(run: RunState, final_answer: str) -> str:
+    """The run's answer: the final answer itself where the model wrote it inside a sentence (`short_answer`: a
+    lead-in dropped, the one year a year question asks for); the step keeps the sentence. JSON for an answer
+    schema is kept whole."""
+    return final_answer if run.answer_schema is not None or not final_answer else short_answer(final_answer, run.question)
 
 
-class _ModelFailed(Exception):
-    """The model raised; `message` is its redacted first line."""
+def _fitted(run: RunState, step: Step, may_send_back: bool) -> str | None:
+    """A final answer read into the run's answer schema (`result.data`); the observation that sends it back
+    once when it does not fit (and a turn is left), else None (the error then noted on the step)."""
+    try:
+        run.result.data = run.answer_schema.read(step.final_answer)
+        return None
+    except AnswerError as e:
+        if may_send_back and not run.memo.get("schema_sent_back"):
+            run.memo["schema_sent_back"] = True
+            return run.prompts.fill("common.answer_schema", run.lang, schema=run.answer_schema.text, error=str(e))
+        step.error = f"the answer does not fit the answer schema: {e}"
+        return None
 
-    def __init__(self, message: str):
-        super().__init__(message)
-        self.message = message
+
+def _end(result: AgentResult, reason: StopReason, started: float) -> None:
+    result.stop_reason, result.finished = reason, reason.finished
+    result.seconds = time.perf_counter() - started
+
+
+def _no_reply(run: RunState, kind: StepKind, error: str, notes: list | None = None) -> StopReason:
+    """Record why a run got no reply (its steps so far are kept): the step, and the run's error."""
+    result = run.result
+    try:
+        run.record(Step(index=len(result.steps), text="", kind=kind, error=error, notes=notes or []))
+    except HookFailed as e:  # the hook that failed may fail again on this step: the first error stands
+        log.info("a hook failed on the step that ends the run: %s", e.message)
+    result.answer, result.error = "", error
+    return StopReason(kind)
 
 
 def _check_generate_keywords(model: BaseModel, kwargs: dict) -> None:
@@ -321,6 +345,6 @@ def _check_generate_keywords(model: BaseModel, kwargs: dict) -> None:
     unknown = unknown_of(kwargs) if unknown_of is not None else []  # a model that does not say what it takes
     if unknown:
         agent_args = [p.name for p in inspect.signature(Agent.__init__).parameters.values()
-                      if p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in ("self", "model", "tools")]
+                      if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in ("self", "model", "tools")]
         raise TypeError(f"unknown keyword argument(s) {', '.join(unknown)}: Agent takes {', '.join(agent_args)}, "
                         f"and {type(model).__name__} generation options {', '.join(sorted(model.generation_options))}")

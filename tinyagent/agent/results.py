@@ -1,10 +1,11 @@
 """What a run produces: its steps, why it ended, and what one model call returned."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..format.kinds import StepKind
 from ..format.reading import Reading
+from ..models.model import Reply
 from ..text import StrEnum
 
 
@@ -78,6 +79,8 @@ class AgentResult:
     error: str | None = None        # for model_error / hook_error / context_overflow: what went wrong (redacted)
     lang: str = "en"
     protocol: str = "react"         # how the model called tools: "react" text or its own "tools" format
+    data: object = None             # with an answer_schema: the answer as data that fits it (a dict, a list, a
+                                    # pydantic model's instance); None when it did not fit
     generate_calls: int = 0
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -87,31 +90,35 @@ class AgentResult:
         if self.stop_reason:
             self.stop_reason = StopReason(self.stop_reason)
 
-    def add_usage(self, usage: dict) -> None:
+    def add_usage(self, reply: Reply) -> None:
+        """Count one model call and its tokens."""
         self.generate_calls += 1
         for key in ("prompt_tokens", "completion_tokens"):
-            if usage.get(key) is not None:
-                setattr(self, key, (getattr(self, key) or 0) + usage[key])
+            if getattr(reply, key) is not None:
+                setattr(self, key, (getattr(self, key) or 0) + getattr(reply, key))
 
 
 @dataclass
 class Generation:
-    """One model call of a run: the reply (cut at an invented observation) and what it cost."""
+    """One model call of a run: the reply (as the protocol keeps it) and how long the call took."""
 
-    reply: str
-    usage: dict
+    reply: Reply
     seconds: float
-    notes: list[str]                # how the prompt was shortened to fit the context window
+    notes: list[str]                # how the prompt was shortened to fit, or its cache reuse cut
 
-    def then(self, more: Generation, reply: str, *notes: str) -> Generation:
-        """This call and the one that went on from it (`more`) as one step's: its reply `reply`, its prompt
+    @property
+    def text(self) -> str:
+        return self.reply.text
+
+    def then(self, more: Generation, text: str, *notes: str) -> Generation:
+        """This call and the one that went on from it (`more`) as one step's: its text `text`, its prompt
         the second (longer) one, its generated tokens and seconds both calls', every note."""
-        first, second = self.usage.get("completion_tokens"), more.usage.get("completion_tokens")
-        usage = {**more.usage, "completion_tokens": None if second is None else (first or 0) + second}
-        return Generation(reply, usage, self.seconds + more.seconds, [*self.notes, *more.notes, *notes])
+        first, second = self.reply.completion_tokens, more.reply.completion_tokens
+        reply = replace(more.reply, text=text, completion_tokens=None if second is None else (first or 0) + second)
+        return Generation(reply, self.seconds + more.seconds, [*self.notes, *more.notes, *notes])
 
     def into(self, step: Step) -> Step:
         """`step` with this call's counts, time and notes filled in."""
-        step.prompt_tokens, step.completion_tokens = self.usage["prompt_tokens"], self.usage["completion_tokens"]
-        step.cached_tokens, step.model_seconds, step.notes = self.usage["cached_tokens"], self.seconds, self.notes
+        step.prompt_tokens, step.completion_tokens = self.reply.prompt_tokens, self.reply.completion_tokens
+        step.cached_tokens, step.model_seconds, step.notes = self.reply.cached_tokens, self.seconds, self.notes
         return step

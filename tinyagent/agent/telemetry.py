@@ -14,16 +14,24 @@ tool's own spans (it runs in a worker thread that copies the caller's context) a
 Redaction: every attribute passes through `secrets.redact`. Prompt, reply and tool text is left out
 unless `capture_text` is on (its default: the standard OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT
 variable); sizes and counts are always there.
+
+Telemetry never costs an answer: a span processor or exporter that raises is logged (once per Tracing) and
+the run goes on without that span; `shutdown` bounds the export of what is still queued at exit to
+SHUTDOWN_SECONDS, so a collector that never answers does not hold the command.
 """
 from __future__ import annotations
 
+import atexit
+import functools
 import importlib.util
 import json
+import logging
 import os
 import sys
+import threading
 
-from ..models.base import usage_of
-from ..secrets import redact
+from ..models.model import Reply
+from ..redaction import redact
 from ..text import one_line
 from ..version import __version__
 from .hooks import Hooks, ModelCall, Run, ToolCall
@@ -32,6 +40,23 @@ from .results import Step
 INSTALL_HINT = "OpenTelemetry tracing needs the otel extra: pip install 'tinyagent[otel]'"
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 AGENT_NAME = "tinyagent"
+#: The most seconds the CLI waits at exit for the spans still queued to be exported (the SDK waits 30).
+SHUTDOWN_SECONDS = 3.0
+#: Each OTLP export's timeout, unless OTEL_EXPORTER_OTLP(_TRACES)_TIMEOUT says otherwise (the SDK's is 10 s).
+EXPORT_SECONDS = 2.0
+
+log = logging.getLogger(__name__)
+
+
+def _quiet(hook):
+    """A hook method that logs what fails in it (the SDK, a span processor, an exporter) instead of raising."""
+    @functools.wraps(hook)
+    def quiet(self, *args):
+        try:
+            hook(self, *args)
+        except Exception as e:
+            self._failed(e)
+    return quiet
 
 
 def available() -> bool:
@@ -63,22 +88,43 @@ class Tracing(Hooks):
             capture_text = os.environ.get(CAPTURE_ENV, "").strip().lower() in ("1", "true", "yes")
         self.capture_text = capture_text
         self._open: dict[int, tuple[object, object]] = {}   # id(call) -> (span, context token)
+        self._warned = threading.Event()
+
+    def _failed(self, error: Exception) -> None:
+        """Telemetry failed: said once, then only with --verbose; the run goes on."""
+        if self._warned.is_set():
+            log.info("tracing failed again: %s", one_line(error))
+        else:
+            self._warned.set()
+            log.warning("tracing failed (%s); the run goes on, without that span", one_line(error))
 
     # --- spans ----------------------------------------------------------------------------------
 
     def _start(self, call, name: str, kind, attributes: dict) -> None:
-        span = self.tracer.start_span(name, kind=kind, attributes=_clean(attributes))
+        try:
+            span = self.tracer.start_span(name, kind=kind, attributes=_clean(attributes))
+        except Exception as e:  # a span processor's on_start raised: this part goes untraced
+            self._failed(e)
+            return
         self._open[id(call)] = span, self._context.attach(self._trace.set_span_in_context(span))
 
     def _end(self, call, attributes: dict, error: str | None = None, error_type: str | None = None) -> None:
-        span, token = self._open.pop(id(call))
+        entry = self._open.pop(id(call), None)
+        if entry is None:  # its start failed
+            return
+        span, token = entry
         try:
             span.set_attributes(_clean(attributes))
             if error is not None:
                 span.set_attribute("error.type", error_type or "error")
                 span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, redact(error)))
+        except Exception as e:
+            self._failed(e)
         finally:
-            span.end()
+            try:
+                span.end()  # a span processor's on_end runs here
+            except Exception as e:
+                self._failed(e)
             self._context.detach(token)
 
     def _text(self, key: str, value) -> dict:
@@ -89,6 +135,7 @@ class Tracing(Hooks):
 
     # --- the hooks ------------------------------------------------------------------------------
 
+    @_quiet
     def before_run(self, run: Run) -> None:
         self._start(run, f"invoke_agent {AGENT_NAME}", self._trace.SpanKind.INTERNAL, {
             "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": AGENT_NAME,
@@ -96,6 +143,7 @@ class Tracing(Hooks):
             "tinyagent.lang": run.lang, "tinyagent.tools": sorted(run.tools),
             **self._text("tinyagent.question", run.question)})
 
+    @_quiet
     def after_run(self, run: Run) -> None:
         result = run.result
         reason = str(result.stop_reason) or "interrupted"
@@ -107,11 +155,13 @@ class Tracing(Hooks):
             **self._text("tinyagent.answer", result.answer)},
             error=(result.error or reason) if failed else None, error_type=reason)
 
+    @_quiet
     def on_step(self, step: Step) -> None:
         self._trace.get_current_span().add_event("tinyagent.step", _clean({
             "tinyagent.step.index": step.index, "tinyagent.step.kind": str(step.kind),
             "gen_ai.tool.name": step.action, "tinyagent.step.error": step.error}))
 
+    @_quiet
     def before_model(self, call: ModelCall) -> None:
         model = call.run.model if call.run is not None else None
         model_id = model.model_id if model is not None else "unknown"
@@ -125,8 +175,9 @@ class Tracing(Hooks):
             **self._text("gen_ai.input.messages", [{"role": m["role"], "parts": [{"type": "text", "content":
                                                    m["content"]}]} for m in call.messages])})
 
+    @_quiet
     def after_model(self, call: ModelCall) -> None:
-        usage = usage_of(call.reply) if call.reply is not None else {}
+        usage = Reply.of(call.reply).usage if call.reply is not None else {}
         reply = str(call.reply) if call.reply is not None else None
         self._end(call, {
             "gen_ai.usage.input_tokens": usage.get("prompt_tokens"),
@@ -139,6 +190,7 @@ class Tracing(Hooks):
             error=one_line(call.error) if call.error is not None else None,
             error_type=type(call.error).__name__ if call.error is not None else None)
 
+    @_quiet
     def before_tool(self, call: ToolCall) -> None:
         arguments = json.dumps(call.arguments, ensure_ascii=False, default=str)
         self._start(call, f"execute_tool {call.name}", self._trace.SpanKind.INTERNAL, {
@@ -147,6 +199,7 @@ class Tracing(Hooks):
             "tinyagent.tool.edited": call.edited_from is not None,
             **self._text("gen_ai.tool.call.arguments", arguments)})
 
+    @_quiet
     def after_tool(self, call: ToolCall) -> None:
         kind = "refused" if call.refusal is not None else str(call.kind)
         self._end(call, {
@@ -202,6 +255,28 @@ def configure(environ=None):
     return provider
 
 
+def shutdown(provider, seconds: float = SHUTDOWN_SECONDS) -> bool:
+    """`provider.shutdown()` (exports the spans still queued), waited for at most `seconds`: a collector that never
+    answers must not hold the command at exit. True when it finished in time; else a warning, and the export
+    goes on in a daemon thread that exit ends."""
+    atexit.unregister(provider.shutdown)  # the SDK's own call at exit would wait for the collector again
+    done = threading.Event()
+
+    def close() -> None:
+        try:
+            provider.shutdown()
+        except Exception as e:
+            log.info("tracing: shutdown failed: %s", one_line(e))
+        finally:
+            done.set()
+
+    threading.Thread(target=close, name="tinyagent-otel-shutdown", daemon=True).start()
+    if done.wait(seconds):
+        return True
+    log.warning("tracing: the spans still queued were not exported within %g s; leaving without them", seconds)
+    return False
+
+
 def _otlp_exporter(environ):
     protocol = environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
     if protocol not in (None, "", "http/protobuf"):
@@ -210,4 +285,5 @@ def _otlp_exporter(environ):
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     except ImportError as e:
         raise ImportError(INSTALL_HINT) from e
-    return OTLPSpanExporter()
+    timed = "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT" in environ or "OTEL_EXPORTER_OTLP_TIMEOUT" in environ
+    return OTLPSpanExporter() if timed else OTLPSpanExporter(timeout=EXPORT_SECONDS)

@@ -4,6 +4,7 @@ approval.py); several calls of one reply together (`run_together`). Each part tu
 can get wrong into a step the model reads as an observation; only bugs in the agent (and hooks that raise) raise."""
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import time
@@ -13,12 +14,15 @@ from concurrent.futures import ThreadPoolExecutor
 from ..format.arguments import ActionInputError, check_arguments_depth, read_arguments
 from ..format.kinds import StepKind
 from ..format.observations import kept, refused_observation, tool_failure
-from ..secrets import redact
-from ..tools.base import Tool, ToolError, invoke
+from ..format.templates import Prompts
+from ..redaction import redact
+from ..tools.tool import Tool, ToolError, invoke
 from . import hooks
 from .results import Step
 
 log = logging.getLogger(__package__)  # "tinyagent.agent", for the whole loop
+
+DEFAULT_TOOL_TIMEOUT = 120.0  # seconds a tool call may take (`Agent(tool_timeout=)`)
 
 
 def resolve(step: Step, tools: dict[str, Tool]) -> Tool:
@@ -58,16 +62,22 @@ def call(call: hooks.ToolCall, chain: list[hooks.Hooks], timeout: float | None) 
     return call
 
 
-def settle(step: Step, call: hooks.ToolCall, lang: str) -> str | None:
+def settle(step: Step, call: hooks.ToolCall, lang: str, prompts: Prompts) -> str | None:
     """Fill `step` in from what became of its call: the raw output to shape into its observation, or
     None when the call was refused (the observation then says why)."""
     if call.refusal is not None:
         step.kind, step.error = StepKind.REFUSED, call.refusal
-        step.observation = refused_observation(call.name, call.refusal, lang)
+        step.observation = refused_observation(call.name, call.refusal, lang, prompts)
         return None
     step.kind, step.error, step.tool_seconds = call.kind, call.error, call.seconds
     step.arguments, step.edited_from = call.arguments, call.edited_from
     return call.output
+
+
+def refuse_extra(step: Step, ran: int, made: int, lang: str, prompts: Prompts) -> None:
+    """A call past the protocol's cap on calls per reply (`Tools.max_calls`): not run, and the model told so."""
+    step.kind, step.error = StepKind.REFUSED, f"only the first {ran} of the {made} calls of one reply run"
+    step.observation = prompts.fill("tools.too_many_calls", lang, tool=step.action, ran=ran, made=made)
 
 
 def run(tool: Tool, arguments: dict, timeout: float | None) -> tuple[str, StepKind, str | None, float]:
@@ -88,10 +98,13 @@ def run(tool: Tool, arguments: dict, timeout: float | None) -> tuple[str, StepKi
 def run_together(calls: list[tuple[Step, Tool]], run_one: Callable[[Step, Tool], object], together: bool = True
                  ) -> None:
     """Run the prepared calls of one reply: at the same time when there are several, `together` and every
-    tool allows it (`Tool.concurrent`), else one after another, in order."""
+    tool allows it (`Tool.concurrent`), else one after another, in order; each in the caller's context."""
     if together and len(calls) > 1 and all(tool.concurrent for _, tool in calls):
+        # each call in its own copy of the caller's context, so what it opens there (its tracing span) has the
+        # caller's as its parent: a pool thread starts with an empty one
+        contexts = [contextvars.copy_context() for _ in calls]
         with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="tinyagent-tool") as pool:
-            list(pool.map(lambda call: run_one(*call), calls))
+            list(pool.map(lambda context, call: context.run(run_one, *call), contexts, calls))
     else:
         for step, tool in calls:
             run_one(step, tool)

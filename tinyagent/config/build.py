@@ -1,19 +1,21 @@
 """Building what a config names: the model, the tools (MCP servers started here), the agent."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import typing
 
 from .. import models
-from ..agent import Agent, telemetry
+from ..agent import Agent, Observations, telemetry
 from ..agent.approval import Approver
-from ..format.examples import EXAMPLES, examples_for
+from ..agent.loop import protocol_for
 from ..format.step_format import require_outlines
 from ..models.embedded import runtime_for
-from ..secrets import register_secret
+from ..redaction import register_secret
 from ..text import one_line
 from ..tools import Calculator, GoogleSearch, LocalSearch, mcp
+from ..tools.llm_tool import LLMTool
 from .schema import SERPER_KEY_ENV, Config, ConfigError
 
 log = logging.getLogger(__name__)
@@ -113,7 +115,8 @@ def close_tools(tools: list) -> None:
 
 
 def build_agent(cfg: Config, model=None, tools: list | None = None, **agent_kwargs):
-    """An `Agent` for the config: its tools and model (each built unless given), settings and hooks.
+    """An `Agent` for the config: its tools and model (each built unless given), its protocol with the
+    settings the config sets (`build_protocol`), observations and hooks.
 
     Tools are built first so a bad corpus fails before a slow model load. When `agent.approve` /
     `agent.approve_mcp` say to ask about a tool, the agent's first hook is an `Approver` with no one to
@@ -121,14 +124,14 @@ def build_agent(cfg: Config, model=None, tools: list | None = None, **agent_kwar
     terminal, the chat page's card). `agent_kwargs` (on_step, on_text, ...) are passed to `Agent` and
     win over the config.
     """
-    tools = tools if tools is not None else build_tools(cfg)
+    tools = list(tools) if tools is not None else build_tools(cfg)
     model = model if model is not None else build_model(cfg)
-    kwargs = {**cfg.agent.agent_kwargs(), **cfg.generation_kwargs(), **agent_kwargs}
-    if kwargs.get("examples") is True:  # the shipped worked examples that fit these tools, per language
-        names = [t.name_for_model for t in tools]
-        kwargs["examples"] = {lang: examples_for(names, lang) for lang in EXAMPLES}
-    elif kwargs.get("examples") is False:
-        kwargs["examples"] = None
+    if cfg.agent.llm_fallback:
+        tools.append(LLMTool(model, lang=None if cfg.agent.lang == "auto" else cfg.agent.lang))
+    kwargs = {**cfg.agent.agent_kwargs(), **cfg.generation_kwargs(),
+              "protocol": build_protocol(cfg, model),
+              "observations": Observations(max_chars=cfg.agent.max_observation_chars,
+                                           distill=cfg.agent.distill_observations), **agent_kwargs}
     if cfg.agent.otel:
         kwargs["hooks"] = [*kwargs.get("hooks", []), telemetry.Tracing()]
     agent = Agent(model, tools, **kwargs)
@@ -142,12 +145,37 @@ def build_agent(cfg: Config, model=None, tools: list | None = None, **agent_kwar
     return agent
 
 
+def build_protocol(cfg: Config, model):
+    """The protocol `agent.protocol` names (for "auto", the one the model gets), with the settings the config
+    sets; a setting of the other protocol is a ConfigError. Unresolved: the Agent decides the rest."""
+    protocol = protocol_for(cfg.agent.protocol, model)
+    own = {f.name for f in dataclasses.fields(protocol) if f.init}
+    settings = cfg.agent.protocol_settings()
+    if cfg.agent.search_tool is not None and "search_tool" in own:  # also the eval's retrieve-then-answer tool
+        settings["search_tool"] = cfg.agent.search_tool
+    other = sorted(set(settings) - own)
+    if other:
+        raise ConfigError(f"agent.{other[0]}: a setting of another protocol than {protocol.name} "
+                          f"(agent.protocol: {cfg.agent.protocol})")
+    try:
+        return dataclasses.replace(protocol, **settings)
+    except ValueError as e:
+        raise ConfigError(f"agent: {e}") from None
+
+
 def start_tracing(cfg: Config):
     """With `agent.otel`, a global TracerProvider from the OTEL_* variables unless one is set
-    (`telemetry.configure`); returns it, for `shutdown()` at exit, or None."""
+    (`telemetry.configure`); returns it, for `stop_tracing` at exit, or None."""
     if not cfg.agent.otel:
         return None
     try:
         return telemetry.configure()
     except (ValueError, ImportError) as e:
         raise ConfigError(f"agent.otel: {e}") from None
+
+
+def stop_tracing(provider) -> None:
+    """Export the spans still queued by `provider` (from `start_tracing`; None: nothing), waiting at most
+    `telemetry.SHUTDOWN_SECONDS`: a collector that never answers does not hold the command at exit."""
+    if provider is not None:
+        telemetry.shutdown(provider)

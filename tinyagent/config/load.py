@@ -14,14 +14,14 @@ import typing
 from pathlib import Path
 
 from ..agent import telemetry
-from ..agent.loop import RECHECKS
 from ..agent.protocols import PROTOCOLS
+from ..agent.react import RECHECKS, SEARCHES
 from ..engine.llama_runtime import INSTALL_HINT as LLAMACPP_HINT
 from ..engine.llama_runtime import llamacpp_available
 from ..engine.llama_weights import WEIGHT_TYPES
 from ..format.step_format import INSTALL_HINT, outlines_available
 from ..models.openai import GUIDED_DECODING_FIELDS, SCRATCHPAD_MODES
-from ..secrets import register_args, register_secret, register_url
+from ..redaction import register_args, register_secret, register_url
 from ..text import clip
 from ..tools.mcp.spec import spec_problem
 from .schema import (
@@ -58,8 +58,6 @@ def load_config(path: str | os.PathLike | None = None, overrides: dict | None = 
     cfg = Config(source=source)
     for name, cls in SECTIONS.items():
         setattr(cfg, name, _build_section(cls, name, values[name], origin))
-    if cfg.agent.constrained is None:  # the embedded model follows the ReAct format only when constrained
-        cfg.agent.constrained = cfg.model.backend == "embedded"
     _check_values(cfg, lambda key: origin.get(key, source or ""))
     return cfg
 
@@ -69,7 +67,9 @@ def _read_yaml(path: str) -> dict:
 
     try:
         with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+            data = yaml.load(f, Loader=_loader(yaml))
+    except _AliasRefused as e:
+        raise ConfigError(f"{path}: {e}") from None
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
     except (OSError, UnicodeDecodeError) as e:
@@ -84,6 +84,43 @@ def _read_yaml(path: str) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the config must be a mapping with sections {', '.join(SECTIONS)}")
     return data
+
+
+class _AliasRefused(Exception):
+    """A YAML alias in a config; the message names the key and the line."""
+
+
+def _loader(yaml) -> type:
+    """yaml.SafeLoader that refuses aliases (`*name`) as it meets them, before anything is expanded: a config is
+    small enough to write out, and nested aliases ("billion laughs") expand a few hundred bytes into gigabytes,
+    or refer to themselves."""
+
+    class NoAliases(yaml.SafeLoader):
+        def __init__(self, stream):
+            super().__init__(stream)
+            self.keys: list[str] = []   # the keys of the node being composed, outermost first
+
+        def compose_node(self, parent, index):
+            self.keys.append(_key(index))
+            try:
+                if self.check_event(yaml.AliasEvent):
+                    event = self.peek_event()
+                    where = "".join(self.keys).lstrip(".") or "the top level"
+                    raise _AliasRefused(f"{where}: YAML aliases (*{event.anchor}) are not allowed in a config "
+                                        f"(line {event.start_mark.line + 1}); write the value out")
+                return super().compose_node(parent, index)
+            finally:
+                self.keys.pop()
+
+    return NoAliases
+
+
+def _key(index) -> str:
+    """How a node is named after its parent's name: `.key` for a mapping's value, `[n]` for a list's item."""
+    if isinstance(index, int) and not isinstance(index, bool):
+        return f"[{index}]"
+    value = getattr(index, "value", None)
+    return "." + clip(value, 60, "...") if isinstance(value, str) else ""
 
 
 def _collect(data: dict, where: str, values: dict[str, dict], origin: dict[str, str]) -> None:
@@ -160,11 +197,12 @@ def _show(value) -> str:
 # --- checking values ---------------------------------------------------------------------------
 
 def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
-    m, g, a, w = cfg.model, cfg.generation, cfg.agent, cfg.web
+    m, g, a, w, v = cfg.model, cfg.generation, cfg.agent, cfg.web, cfg.serve
     choices = {"model.backend": (m.backend, BACKENDS), "model.dtype": (m.dtype, DTYPES),
                "model.runtime": (m.runtime, RUNTIMES), "model.weight_type": (m.weight_type, WEIGHT_TYPES),
                "model.scratchpad": (m.scratchpad, SCRATCHPAD_MODES), "agent.lang": (a.lang, LANGS),
-               "agent.protocol": (a.protocol, PROTOCOLS), "agent.recheck": (a.recheck, RECHECKS),
+               "agent.protocol": (a.protocol, PROTOCOLS), "agent.recheck": (a.recheck, (None, *RECHECKS)),
+               "agent.search": (a.search, (None, *SEARCHES)),
                "model.guided_decoding": (m.guided_decoding, (None, *GUIDED_DECODING_FIELDS)),
                "agent.approve_mcp": (a.approve_mcp, APPROVALS),
                **{f"agent.approve.{name}": (value, APPROVALS) for name, value in a.approve.items()}}
@@ -178,12 +216,14 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
                 "model.max_batch": (m.max_batch, 1), "model.kept_prefixes": (m.kept_prefixes, 0),
                 "model.context_window": (m.context_window, 16), "model.kv_cells": (m.kv_cells, 16),
                 "model.threads": (m.threads, 1),
-                "agent.max_observation_chars": (a.max_observation_chars, 1),
+                "agent.max_observation_chars": (a.max_observation_chars, 1), "agent.max_calls": (a.max_calls, 1),
                 "generation.repetition_penalty": (g.repetition_penalty, 1), "generation.no_repeat_ngram_size":
                 (g.no_repeat_ngram_size, 1), "generation.max_line_tokens": (g.max_line_tokens, 1),
                 "model.max_response_bytes": (m.max_response_bytes, 1024),
                 "web.max_question_chars": (w.max_question_chars, 1), "web.max_sessions": (w.max_sessions, 1),
-                "web.max_runs": (w.max_runs, 1)}
+                "web.max_runs": (w.max_runs, 1), "serve.max_runs": (v.max_runs, 1),
+                "serve.max_waiting": (v.max_waiting, 0), "serve.max_request_bytes": (v.max_request_bytes, 1024),
+                "serve.max_question_chars": (v.max_question_chars, 1)}
     for key, (value, least) in minimums.items():
         if value is not None and value < least:
             _fail(where, key, f"must be at least {least}, not {value}")
@@ -199,9 +239,16 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
             _fail(where, "agent.tools", f"unknown tool {name!r}; valid tools: {', '.join(TOOL_NAMES)}")
     if len(set(a.tools)) != len(a.tools):
         _fail(where, "agent.tools", f"a tool is listed twice: {a.tools}")
-    if a.corpus is not None and not Path(a.corpus).expanduser().is_file():
-        _fail(where, "agent.corpus", f"no such file: {a.corpus}")
+    if a.corpus is not None and not Path(a.corpus).expanduser().exists():
+        _fail(where, "agent.corpus", f"no such folder or file: {a.corpus}")
+    for key, value in (("serve.name", v.name), ("serve.api_key_env", v.api_key_env)):
+        if value is not None and not value.strip():
+            _fail(where, key, "must not be empty")
+    if isinstance(w.store, str) and not w.store.strip():
+        _fail(where, "web.store", "true (the default file) or a file name, not an empty string")
     _check_mcp_servers(a.mcp_servers, where)
+    if a.search_tool is not None and not a.search_tool.strip():
+        _fail(where, "agent.search_tool", "must name a tool (or be null: the first of local_search, google_search)")
     if a.otel and not telemetry.available():  # checked now, not at the first run
         _fail(where, "agent.otel", telemetry.INSTALL_HINT)
     _check_backend(m, where)

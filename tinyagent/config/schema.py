@@ -1,7 +1,7 @@
-"""What a config is: four sections of typed settings, each with its default.
+"""What a config is: five sections of typed settings, each with its default.
 
 `model` (which backend and weights), `generation` (sampling settings), `agent` (language,
-turn cap, tools) and `web` (the chat page's login and limits). Every key has a default, so an
+turn cap, tools), `web` (the chat page's login and limits) and `serve` (the API's and MCP server's). Every key has a default, so an
 empty file (or no file) means the embedded SmolLM2 model.
 """
 from __future__ import annotations
@@ -60,10 +60,13 @@ class GenerationConfig:
     max_line_tokens: int | None = None        # line budget of constrained replies (format.step_format.MAX_LINE_TOKENS)
 
 
-#: AgentConfig fields that choose tools, and those that choose hooks (approval, tracing); every other
-#: field is passed to `Agent(...)` as is.
-TOOL_FIELDS = ("tools", "corpus", "mcp_servers")
+#: AgentConfig fields that choose tools, that choose hooks (approval, tracing), and that are the protocol's own
+#: settings (`tinyagent.ReAct`, `tinyagent.Tools`); every other field is passed to `Agent(...)` as is.
+TOOL_FIELDS = ("tools", "corpus", "mcp_servers", "llm_fallback", "search_tool")
 HOOK_FIELDS = ("approve", "approve_mcp", "otel")
+OBSERVATION_FIELDS = ("max_observation_chars", "distill_observations")
+PROTOCOL_FIELDS = ("constrained", "examples", "recheck", "ask_answer", "thought_first", "working_first",
+                   "check_arithmetic", "search", "parallel", "max_calls")
 APPROVALS = ("ask", "always", "never")
 
 
@@ -72,33 +75,39 @@ class AgentConfig:
     lang: str = "auto"
     max_turns: int = 5
     tools: list[str] = field(default_factory=lambda: list(TOOL_NAMES))
-    corpus: str | None = None        # JSONL file for local_search
+    corpus: str | None = None        # local_search's documents: a folder (Markdown, text, HTML, PDF) or a JSONL file
     mcp_servers: list[dict] = field(default_factory=list)  # [{command, args, env, timeout, tools}]
+    search_tool: str | None = None       # the tool the eval's retrieve-then-answer baseline searches with (an MCP
+                                         # tool's name, say); null: the first of local_search, google_search
     max_observation_chars: int | None = 4000
     llm_fallback: bool = False           # offer the model itself as a tool when no tool fits
     distill_observations: bool = False   # have the model shorten long observations
-    constrained: bool | None = None      # decode only valid steps; null: on for the embedded model
     protocol: str = "react"              # react (ReAct text), tools (the model's own tool calls) or auto
-    examples: bool = False               # worked examples for the agent's tools in the system prompt (few-shot)
-    recheck: str = "failed"              # answers sent back once to be checked: off | failed (right after a failed
-                                         # call) | results (also one that only repeats the last tool result)
-    ask_answer: bool = True              # a ReAct reply that only reasons is asked its Final Answer in the same step
-    thought_first: bool = False          # ReAct replies begin with `Thought:` (one that only reasons is asked its
-                                         # answer); off: measured, it cost the 0.5B model half its right answers
-    working_first: bool | None = None    # ReAct: the model first works the question out as it would alone (no
-                                         # tools, no format), then is offered the tools to check it; null: on for
-                                         # free decoding, off when constrained (measured: evals/README.md)
-    check_arithmetic: bool | None = None  # with working_first: the calculator checks the working's written
-                                         # arithmetic, its first wrong result is set right and the model goes on
-                                         # from there; null: on when the calculator is one of the tools
+    # The protocol's own settings. null: the protocol's default (docs/protocols.md), decided for the model and
+    # tools in one place (`ReAct.resolved`), the same as `Agent(model, tools)` in Python.
+    constrained: bool | None = None      # decode only valid steps; default: on for the embedded model
+    examples: bool | None = None         # react: the shipped worked examples for the tools (default off)
+    recheck: str | None = None           # react: off | failed (default) | results
+    ask_answer: bool | None = None       # react: a reply that only reasons is asked its answer (default on)
+    thought_first: bool | None = None    # react: replies begin with `Thought:` (default off)
+    working_first: bool | None = None    # react: the model's own working first (default: on when decoded free)
+    check_arithmetic: bool | None = None  # react: the calculator sets the working right (default: with calculator)
+    search: str | None = None            # react: first (the question searched before the model's first reply) |
+                                         # tool (only when the model calls it); default: first with a search tool
+    parallel: bool | None = None         # tools: the calls of one reply run at once (default on)
+    max_calls: int | None = None         # tools: the most calls of one reply that run (default 5)
     approve: dict[str, str] = field(default_factory=dict)  # {tool_name: ask | always | never} before each call
     approve_mcp: str = "always"          # MCP tools not named in `approve` (--approve: ask); built-ins: always
     otel: bool = False                   # OpenTelemetry spans for runs, model and tool calls (needs tinyagent[otel])
 
     def agent_kwargs(self) -> dict:
-        """The settings `Agent(...)` takes, under its own keyword names."""
+        """The settings `Agent(...)` takes as they are (the protocol and observations are built apart)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in TOOL_FIELDS + HOOK_FIELDS}
+                if f.name not in TOOL_FIELDS + HOOK_FIELDS + OBSERVATION_FIELDS + PROTOCOL_FIELDS + ("protocol",)}
+
+    def protocol_settings(self) -> dict:
+        """The protocol settings this config sets (null ones are left to the protocol's defaults)."""
+        return {name: getattr(self, name) for name in PROTOCOL_FIELDS if getattr(self, name) is not None}
 
 
 @dataclass
@@ -109,10 +118,24 @@ class WebConfig:
     max_sessions: int = 100          # conversations kept; the least recently used idle one makes room
     session_ttl: float = 3600.0      # seconds an idle conversation is kept
     max_runs: int = 4                # questions answered at once; more wait in line, told their place
+    store: bool | str = False        # keep the conversations in the conversation store (true: the default
+                                     # file under the user's data directory; a string: that file)
+
+
+@dataclass
+class ServeConfig:
+    """`tinyagent serve` (the OpenAI-compatible API) and `tinyagent mcp-server` over HTTP."""
+
+    name: str | None = None          # the model name clients ask for (null: the config file's name, or tinyagent)
+    api_key_env: str = "TINYAGENT_API_KEY"  # the variable holding the key clients must send (--api-key wins)
+    max_runs: int = 4                # questions answered at once; more wait their turn
+    max_waiting: int = 16            # requests waiting for a turn; more are refused (HTTP 429)
+    max_request_bytes: int = 1_000_000  # the largest request body read (HTTP 413 beyond)
+    max_question_chars: int = 4000
 
 
 SECTIONS: dict[str, type] = {"model": ModelConfig, "generation": GenerationConfig, "agent": AgentConfig,
-                             "web": WebConfig}
+                             "web": WebConfig, "serve": ServeConfig}
 
 
 @dataclass
@@ -121,6 +144,7 @@ class Config:
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     web: WebConfig = field(default_factory=WebConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
     source: str | None = None        # the file it was read from
 
     def generation_kwargs(self) -> dict:

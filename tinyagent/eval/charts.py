@@ -7,9 +7,9 @@ import html
 import json
 from pathlib import Path
 
-from .table import AGENT, rows, shown_answer
+from .table import AGENT, DIRECT, RAG, only_right, rows, shown_answer
 
-COLOURS = {AGENT: "#1f77b4", "direct": "#ff7f0e"}  # one colour per mode, in both pictures
+COLOURS = {AGENT: "#1f77b4", DIRECT: "#ff7f0e", RAG: "#2ca02c"}  # one colour per mode, in both pictures
 INSTALL_HINT = "pip install 'tinyagent[charts]'"
 SVG_BAR_WIDTH = 360  # pixels of the longest bar on the page
 PAGE_ANSWER_CLIP = 80  # characters of an answer in a question's cell (its trace has all of it)
@@ -103,12 +103,13 @@ def question_rows(data: dict, runs: dict) -> str:
     for _, found in cols:
         for qid, record in found.items():
             order.setdefault(qid, record.get("question", ""))
-    flips = {f["id"] for f in data["flips"]}
+    flips = {f["id"]: only_right(f) for f in data["flips"]}
     lines = []
     for qid, question in order.items():
         cells = "".join(_cell(found.get(qid)) for _, found in cols)
+        only = f'<br><small>only {html.escape(flips[qid])}</small>' if flips.get(qid) else ""
         lines.append(f'<tr class="{"flip" if qid in flips else ""}"><th title="{html.escape(question)}">'
-                    f"{html.escape(qid)}</th>{cells}</tr>")
+                    f"{html.escape(qid)}{only}</th>{cells}</tr>")
     return "\n".join(lines)
 
 
@@ -126,14 +127,17 @@ def write_html(path: Path, data: dict, runs: dict) -> None:
     head = "".join(f"<th>{html.escape(label)}</th>" for label in header[1:])
     summary = "".join("<tr><th>" + html.escape(row[0].strip()) + "</th>"
                       + "".join(f"<td>{html.escape(cell)}</td>" for cell in row[1:]) + "</tr>" for row in body)
+    alone = [only_right(f) for f in data["flips"]]
+    counts = "; ".join(f"{html.escape(c['label'])} {alone.count(c['label'])}" for c in data["columns"])
+    only = f" Right in one column only: {counts}." if len(data["columns"]) > 2 else ""
     provenance = "".join(f"<h3>{html.escape(c['label'])}</h3><pre>{html.escape(json.dumps(c['run'], indent=1))}</pre>"
                          for c in data["columns"])
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>TinyAgent eval comparison</title>
 <style>{STYLE}</style></head><body><h1>Evaluation comparison</h1>
 {"".join(_svg(p) for p in figures(data))}
 <h2>Summary</h2><table><tr><th></th>{head}</tr>{summary}</table>
-<h2>Questions</h2><p>{len(data["flips"])} questions are right in some columns only (highlighted). Click an answer
-for its whole run.</p><table><tr><th>question</th>{head}</tr>
+<h2>Questions</h2><p>{len(data["flips"])} questions are right in some columns only (highlighted).{only} Click an
+answer for its whole run.</p><table><tr><th>question</th>{head}</tr>
 {question_rows(data, runs)}</table>
 <h2>How each run was made</h2><details><summary>settings</summary>{provenance}</details></body></html>
 """

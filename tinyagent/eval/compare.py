@@ -17,11 +17,11 @@ from pathlib import Path
 
 from . import charts
 from .harness import disagreements
-from .provenance import AGENT_SETTINGS, COMPARED
-from .table import AGENT, DIRECT, MODES, format_disagreements, side_by_side
+from .provenance import compared
+from .table import AGENT, DIRECT, MODES, RAG, format_disagreements, side_by_side
 
 READS = (1, 2)  # the summary.json formats this version reads
-FILES = {AGENT: "results.jsonl", DIRECT: "direct.jsonl"}
+FILES = {AGENT: "results.jsonl", DIRECT: "direct.jsonl", RAG: "rag.jsonl"}
 SHOWN_FLIPS = 30  # questions listed on the terminal (the HTML page has all)
 
 
@@ -81,8 +81,13 @@ def upgraded(summary, path: Path) -> dict:
     return summary
 
 
+#: What compare reads of each record (a question's id and text, the answer given, whether it was right).
+COMPARED_FIELDS = ("id", "question", "prediction", "success")
+
+
 def read_records(path: Path) -> list[dict]:
-    """A results JSONL file; a line that is not a record is an error naming the file and line."""
+    """A results JSONL file; a line that is not a record, or one without a field compare reads (COMPARED_FIELDS),
+    is an error naming the file, the line and the fields."""
     records = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -93,6 +98,13 @@ def read_records(path: Path) -> list[dict]:
             raise ResultsError(f"{path}:{number}: not valid JSON ({e})") from None
         if not isinstance(record, dict) or not {"id", "success"} <= record.keys():
             raise ResultsError(f"{path}:{number}: not a result record (no id and success)")
+        missing = [key for key in COMPARED_FIELDS if key not in record]
+        if missing:
+            raise ResultsError(f"{path}:{number}: the record of {str(record['id'])[:60]!r} has no "
+                               f"{', '.join(missing)}, which compare reads")
+        if not isinstance(record["id"], str) or not isinstance(record["success"], bool):
+            raise ResultsError(f"{path}:{number}: not a result record (its id must be text and success true or "
+                               "false)")
         records.append(record)
     return records
 
@@ -132,13 +144,14 @@ def columns_of(runs: list[Results]) -> list[tuple[str, Results, str]]:
 
 def differences(run: Results, first: Results, mode: str = AGENT) -> str:
     """What `run` was made with that `first` was not (the first folder is the reference), in a few words; for a
-    direct column, the agent's own settings (tools, turn cap, constrained decoding) do not count."""
+    direct or rag column, the agent's own settings (tools, turn cap, constrained decoding) do not count, and
+    rag's search tool counts only for a rag column."""
     if run.summary["format_version"] < max(READS):
         return "not recorded (older format)"
     if run is first:
         return "reference"
     mine, theirs = run.run, first.run
-    keys = [k for k in COMPARED if mode == AGENT or k not in AGENT_SETTINGS]
+    keys = compared(mode)
     changed = [f"{key}={_short(mine.get(key))}" for key in keys if key in mine and mine.get(key) != theirs.get(key)]
     if mine.get("suite_sha256") != theirs.get("suite_sha256"):
         changed.insert(0, "OTHER SUITE")

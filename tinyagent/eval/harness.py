@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 
 from ..agent import AgentResult, StepKind
 from ..runs import Runner, run_many
-from ..secrets import redact
+from ..redaction import redact
 from ..text import one_line
-from ..trace import to_jsonable
+from ..traces import to_jsonable
 from .scoring import SuiteItem, score, tool_error
 
 log = logging.getLogger(__name__)

@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+from ..text import escape_controls
+
 BAR_WIDTH = 24  # characters of the bar on a terminal
 
 
@@ -33,8 +35,8 @@ def question_line(record: dict, mode: str = "agent") -> str:
     if record["error"]:
         notes.append(f"error: {record['error']}")
     steps = f"  steps={record['steps']}" if mode != "direct" else ""
-    return (f"{mark} {record['id']}{steps}  {record['seconds']:.1f}s"
-            + (f"  ({', '.join(notes)})" if notes else ""))
+    return escape_controls(f"{mark} {record['id']}{steps}  {record['seconds']:.1f}s"  # the error may quote a server
+                           + (f"  ({', '.join(notes)})" if notes else ""))
 
 
 class Progress:

@@ -16,12 +16,10 @@ import time
 from pathlib import Path
 
 from .. import config
-from ..agent.loop import default_check_arithmetic, default_working_first
+from ..agent import Agent
 from ..engine.gguf_cache import cache_root
-from ..format.direct import DIRECT_PROMPT
-from ..format.prompts import CHECK_PROMPT, FORCE_FINAL, REACT_PROMPT, RECHECK, THOUGHT_LEAD
 from ..models.embedded import embedded_gguf_path
-from ..secrets import redact
+from ..redaction import redact
 from ..version import __version__
 
 log = logging.getLogger(__name__)
@@ -31,11 +29,19 @@ GIT_TIMEOUT = 5.0  # seconds for `git rev-parse`, which should take milliseconds
 
 #: The settings whose difference `compare` points out, as dotted keys of `run` (the suite is checked apart).
 COMPARED = ("model", "model_sha256", "backend", "dtype", "protocol", "constrained", "tools", "max_turns", "examples",
-            "thought_first", "working_first", "check_arithmetic", "ask_answer", "recheck", "lang", "generation",
-            "fresh_cache", "prompts_sha256", "version", "commit")
-#: No bearing on the direct baseline.
+            "thought_first", "working_first", "check_arithmetic", "ask_answer", "recheck", "search", "lang", "generation",
+            "fresh_cache", "prompts_sha256", "version", "commit", "search_tool")
+#: No bearing on the direct baseline, nor on retrieve-then-answer.
 AGENT_SETTINGS = ("protocol", "constrained", "tools", "max_turns", "examples", "thought_first", "working_first",
-                  "check_arithmetic", "ask_answer", "recheck")
+                  "check_arithmetic", "ask_answer", "recheck", "search")
+#: The tool retrieve-then-answer searched with: no bearing on the agent or the model alone.
+RAG_SETTINGS = ("search_tool",)
+
+
+def compared(mode: str) -> tuple[str, ...]:
+    """The settings of `run` that bear on a column of `mode` (agent, direct or rag)."""
+    skip = {"agent": RAG_SETTINGS, "rag": AGENT_SETTINGS}.get(mode, AGENT_SETTINGS + RAG_SETTINGS)
+    return tuple(k for k in COMPARED if k not in skip)
 
 
 def file_sha256(path: Path) -> str:
@@ -117,48 +123,22 @@ def git_commit() -> str | None:
     return commit + ("+dirty" if dirty else "")
 
 
-def prompts_checksum() -> str:
-    """sha256 of the prompt texts (ReAct and direct, both languages): a changed prompt is a changed run."""
-    text = json.dumps([REACT_PROMPT, FORCE_FINAL, RECHECK, THOUGHT_LEAD, DIRECT_PROMPT, CHECK_PROMPT], ensure_ascii=False,
-                      sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def provenance(cfg: config.Config, suite: str | Path, command: str, baseline: str, concurrency: int) -> dict:
-    """The `run` record of summary.json (redacted): `command` is the command line as typed."""
+def provenance(cfg: config.Config, agent: Agent, suite: str | Path, command: str, baseline: str,
+               concurrency: int, modes: list[str] | None = None, search_tool: str | None = None) -> dict:
+    """The `run` record of summary.json (redacted): `agent` is one the run's agents are built like (its
+    protocol's settings as resolved, its prompts' checksum); `command` is the command line as typed, `modes`
+    the columns the run made (agent, direct, rag), `search_tool` the tool retrieve-then-answer searched with."""
     m = cfg.model
     model = m.name if m.backend == "openai" else "embedded" if m.backend == "embedded" else m.path
     if m.gguf_file:
         model = f"{model}/{m.gguf_file}"
     return redact({
         "model": model, "model_sha256": model_checksum(cfg), "backend": m.backend, "base_url": m.base_url,
-        "device": m.device, "dtype": m.dtype, "protocol": cfg.agent.protocol,
-        "constrained": bool(cfg.agent.constrained), "tools": config.select_tools(cfg)[0], "max_turns": cfg.agent.max_turns,
-        "examples": cfg.agent.examples, "thought_first": cfg.agent.thought_first,
-        "working_first": _working_first(cfg), "check_arithmetic": _check_arithmetic(cfg),
-        "ask_answer": cfg.agent.ask_answer, "recheck": cfg.agent.recheck,
-        "lang": cfg.agent.lang,
-        "generation": cfg.generation_kwargs(), "baseline": baseline, "concurrency": concurrency,
-        "prompts_sha256": prompts_checksum(), "version": __version__, "commit": git_commit(),
+        "device": m.device, "dtype": m.dtype, **agent.protocol.record(),
+        "tools": list(agent.tools), "max_turns": agent.max_turns, "lang": cfg.agent.lang,
+        "generation": cfg.generation_kwargs(), "baseline": baseline, "modes": modes,
+        "search_tool": search_tool, "concurrency": concurrency,
+        "prompts_sha256": agent.prompts.sha256, "version": __version__, "commit": git_commit(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "suite": str(suite), "suite_sha256": file_sha256(Path(suite)),
         "config": cfg.source, "command": command,
     })
-
-
-def _working_first(cfg: config.Config) -> bool | None:
-    """`agent.working_first` as the run used it: null resolved as the Agent resolves it (on for ReAct decoded
-    free), except under protocol "auto", where it depends on the model (then null)."""
-    a = cfg.agent
-    if a.working_first is not None or a.protocol == "auto":
-        return a.working_first
-    return default_working_first(a.protocol == "react", bool(a.constrained))
-
-
-def _check_arithmetic(cfg: config.Config) -> bool | None:
-    """`agent.check_arithmetic` as the run used it: only with the working first; null resolved as the Agent
-    resolves it (on when the calculator is one of the tools)."""
-    working_first = _working_first(cfg)
-    if working_first is None:
-        return None
-    calculator = "calculator" in config.select_tools(cfg)[0]
-    return default_check_arithmetic(cfg.agent.check_arithmetic, working_first, calculator)

@@ -15,6 +15,9 @@ The rules, and why:
   found in "party" nor "1979" in "19790". Write numbers as strings when the answer is a year
   or a name that should be found anywhere in the text.
 - A list of accepted answers succeeds when any of them does.
+- A mapping {"text": "Jay", "not_within": ["Jay Chou"]} is a string answer that does not count where it is
+  part of one of the `not_within` phrases: those are taken out of the prediction first. Jay Chou's first
+  album is "Jay"; without this, any answer naming the singer would be right.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from pathlib import Path
 
 from ..agent import Step, StepKind
 
-Gold = str | int | float | list
+Gold = str | int | float | list | dict
 
 REL_TOL = 1e-4
 ABS_TOL_AT_ZERO = 1e-9
@@ -74,15 +77,23 @@ def numbers_match(predicted: float, gold: float) -> bool:
     return math.isfinite(predicted) and abs(predicted - gold) <= REL_TOL * abs(gold)
 
 
-def text_match(prediction: str, gold: str) -> bool:
-    """Normalised equality, or the normalised gold as a whole phrase inside the prediction."""
+def _phrase(text: str) -> str:
+    """A regex for normalised `text` as a whole phrase: not glued to a Latin letter or digit."""
+    return rf"(?<![{_WORD_CHARS}])" + re.escape(text) + rf"(?![{_WORD_CHARS}])"
+
+
+def text_match(prediction: str, gold: str, not_within: tuple[str, ...] | list[str] = ()) -> bool:
+    """Normalised equality, or the normalised gold as a whole phrase inside the prediction, once each
+    `not_within` phrase is taken out of the prediction."""
     pred, want = normalize_text(prediction), normalize_text(gold)
+    for phrase in not_within:
+        if normalize_text(phrase):
+            pred = _SPACES.sub(" ", re.sub(_phrase(normalize_text(phrase)), " | ", pred)).strip()
     if not want:
         return not pred
     if pred == want:
         return True
-    pattern = rf"(?<![{_WORD_CHARS}])" + re.escape(want) + rf"(?![{_WORD_CHARS}])"
-    return re.search(pattern, pred) is not None
+    return re.search(_phrase(want), pred) is not None
 
 
 def score(prediction: str | None, gold: Gold) -> bool:
@@ -92,19 +103,27 @@ def score(prediction: str | None, gold: Gold) -> bool:
     if isinstance(gold, list):
         return any(score(prediction, g) for g in gold)
     if isinstance(gold, bool):
-        raise TypeError("a gold answer must be a string, a number or a list, not a boolean")
+        raise TypeError("a gold answer must be a string, a number, a list or a {text, not_within} mapping, not a boolean")
     if isinstance(gold, (int, float)):
         numbers = extract_numbers(prediction)
         return bool(numbers) and numbers_match(numbers[-1], float(gold))
     if isinstance(gold, str):
         return text_match(prediction, gold)
-    raise TypeError(f"a gold answer must be a string, a number or a list, not {type(gold).__name__}")
+    if isinstance(gold, dict) and is_valid_gold(gold):
+        return text_match(prediction, gold["text"], gold.get("not_within", ()))
+    raise TypeError(f"a gold answer must be a string, a number, a list or a {{text, not_within}} mapping, not "
+                    f"{type(gold).__name__}")
 
 
 def is_valid_gold(gold) -> bool:
     """A gold answer the scorer accepts: a non-empty string, a finite number, or a non-empty list of those."""
     if isinstance(gold, list):
         return bool(gold) and all(is_valid_gold(g) and not isinstance(g, list) for g in gold)
+    if isinstance(gold, dict):
+        phrases = gold.get("not_within", [])
+        return (set(gold) <= {"text", "not_within"} and is_valid_gold(gold.get("text"))
+                and isinstance(gold.get("text"), str) and isinstance(phrases, list)
+                and all(isinstance(x, str) and normalize_text(x) for x in phrases))
     if isinstance(gold, bool):
         return False
     if isinstance(gold, (int, float)):
@@ -172,8 +191,8 @@ def load_suite(path: str | Path) -> list[SuiteItem]:
         if not isinstance(question, str) or not question.strip():
             raise SuiteError(f"{where}: question must be a non-empty string")
         if not is_valid_gold(answer):
-            raise SuiteError(f"{where}: answer must be a non-empty string, a finite number, "
-                             f"or a list of those, not {json.dumps(answer, ensure_ascii=False)[:60]}")
+            raise SuiteError(f"{where}: answer must be a non-empty string, a finite number, a "
+                             f"{{\"text\", \"not_within\"}} mapping, or a list of those, not {json.dumps(answer, ensure_ascii=False)[:60]}")
         item_id = str(item_id)
         if item_id in seen:
             raise SuiteError(f"{where}: id {item_id!r} is already used on line {seen[item_id]}")

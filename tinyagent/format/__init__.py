@@ -10,6 +10,6 @@ out; no model, no I/O.
 - step_format.py: one reply as a pattern, for constrained decoding and regex-guided servers.
 - kinds.py: `StepKind`, what a step was.
 - tool_formats.py: the model's own tool-call formats (hermes, llama3, mistral, internlm2); tool_reading.py:
-  `read_calls`, the calls of a reply in them.
+  `read_calls`, the calls of a reply in them; extents.py: where its objects end, in one pass.
 - direct.py: the no-agent baseline's plain prompt and its answer line (the eval's `--baseline direct`).
 """

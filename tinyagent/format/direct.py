@@ -1,5 +1,5 @@
-"""The no-agent baseline as text: one plain prompt (en / zh) asking the model for its working and a last
-line with the answer, and reading that line back. Pure text; no tools, no ReAct labels.
+"""The no-agent baseline as text: one plain prompt (en / zh, data/prompts/direct.yaml) asking the model for its
+working and a last line with the answer, and reading that line back. Pure text; no tools, no ReAct labels.
 
 The eval harness asks the same model the same questions this way (`--baseline direct`) to tell whether
 the agent around it is why it is right.
@@ -9,13 +9,7 @@ from __future__ import annotations
 import re
 
 from ..text import mask_thinking
-
-DIRECT_PROMPT = {
-    "en": "Answer the question below. Work it out step by step, then end your reply with a last line "
-          "of exactly this form, where X is the answer alone:\nThe answer is X.\n\nQuestion: {question}",
-    "zh": "请回答下面的问题。先一步一步写出解题过程，最后单独写一行，格式必须是（X 只写答案本身）：\n"
-          "答案是 X。\n\n问题：{question}",
-}
+from .templates import Prompts, shipped
 
 # "The answer is 18.", "**Final answer is: $18**", "答案是 18。", "答案为：18": the line's start may carry
 # markdown markers, the answer runs to the end of the line.
@@ -27,16 +21,10 @@ _ANSWER_LINE = re.compile(
 _TRIM = " \t*_`.。!！"
 
 
-def direct_messages(question: str, lang: str = "en") -> list[dict]:
-    """The baseline's whole conversation: one user message holding the instruction and the question."""
-    return [{"role": "user", "content": DIRECT_PROMPT[lang].format(question=question)}]
-
-
-# `Agent(check_arithmetic=True)`: a note of the working step for each result the calculator set right.
-CORRECTION_NOTE = {
-    "en": "calculator: {claim} is wrong, {expression} = {value}; the working goes on from there",
-    "zh": "计算器：{claim} 是错的，{expression} = {value}；解题过程从这里接着写",
-}
+def direct_messages(question: str, lang: str = "en", prompts: Prompts | None = None) -> list[dict]:
+    """The baseline's whole conversation: one user message holding the instruction and the question
+    (data/prompts/direct.yaml)."""
+    return [{"role": "user", "content": (prompts or shipped()).fill("direct.question", lang, question=question)}]
 
 
 def read_direct_answer(reply: str) -> str | None:
@@ -76,3 +64,26 @@ def plain_answer(answer: str) -> str:
     if len(text) > 2 and text[0] == text[-1] == "$":
         text = text.strip("$")  # $18$: inline maths, not a currency sign
     return _PLACEHOLDER.sub("", text).strip(_TRIM)
+
+
+# "The answer to the question is 1889.", "So the final answer is: Michael Collins", "问题的答案是 1979年": a lead-in
+# a model writes before the answer itself.
+_LEAD_IN = re.compile(r"^(?:(?:so|therefore|thus|hence)[, ]+)?(?:the )?(?:final )?answer(?: to (?:the|this|your) "
+                      r"(?:original )?question)?(?: is|:)\s*:?\s*|^(?:所以|因此)?[，,]?(?:这个|该)?(?:问题的)?(?:最终)?答案(?:是|为|[:：])\s*",
+                      re.IGNORECASE)
+# A question that asks for a year, and a year in an answer.
+_ASKS_YEAR = re.compile(r"\b(?:which|what) year\b|\bin what year\b|哪一年|哪年|何年|什么年份", re.IGNORECASE)
+_YEAR = re.compile(r"(?<![\d.,])(1\d{3}|20\d{2})(?!\d|[.,]\d)(年)?")
+
+
+def short_answer(answer: str, question: str = "") -> str:
+    """The answer itself, where a model wrote it inside a sentence: a lead-in dropped ("The answer to the question
+    is 1889." as 1889), and, when the question asks for a year and the answer names exactly one, that year ("Jay
+    Chou was born in 1979." as 1979; 年 kept in Chinese). Anything else is returned as written."""
+    text = answer.strip()
+    rest = _LEAD_IN.sub("", text, count=1).strip()
+    text = (rest.strip(_TRIM + "\"'“”「」") or text) if rest != text else text
+    years = {m.group(0) for m in _YEAR.finditer(text)}
+    if _ASKS_YEAR.search(question) and len(years) == 1 and len(text) > len(next(iter(years))):
+        return next(iter(years))
+    return text

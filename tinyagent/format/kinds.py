@@ -12,7 +12,9 @@ from ..text import StrEnum
 
 
 class StepKind(StrEnum):
-    WORKING = "working"                    # the model's own working, first and free (`Agent(working_first=True)`)
+    SEARCHED = "searched"                  # the question searched before the model's first reply (ReAct search
+                                           # first): no reply; its results are in the question's message
+    WORKING = "working"                    # the model's own working, first and free (`ReAct(working_first=True)`)
     FINAL_ANSWER = "final_answer"          # the reply gave the answer
     NO_ACTION = "no_action"                # no ReAct labels at all: chit-chat, taken as the answer
     ACTION = "action"                      # a known tool with valid arguments; it ran
@@ -58,7 +60,7 @@ class StepKind(StrEnum):
         return self in _CORRECTED or self in (StepKind.ACTION, StepKind.FINAL_ANSWER, StepKind.NO_ACTION)
 
 
-_VALID = frozenset({StepKind.WORKING, StepKind.FINAL_ANSWER, StepKind.ACTION, StepKind.TOOL_ERROR, StepKind.REPEATED_CALL,
+_VALID = frozenset({StepKind.SEARCHED, StepKind.WORKING, StepKind.FINAL_ANSWER, StepKind.ACTION, StepKind.TOOL_ERROR, StepKind.REPEATED_CALL,
                     StepKind.EDITED, StepKind.REFUSED, StepKind.RECHECK, StepKind.FORCED_ANSWER})
 #: Calls that failed, so gave the model nothing to answer from (an answer right after one is sent back
 #: once): the tool raised, or the call named no tool or had arguments the tool cannot take.

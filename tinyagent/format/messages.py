@@ -10,15 +10,9 @@ from collections.abc import Iterable
 from ..text import detect_lang
 from .kinds import StepKind
 from .observations import format_observation
+from .templates import shipped
 
 Message = dict  # {"role": "system" | "user" | "assistant" | "tool", "content": str, ...}
-
-FOLD_INSTRUCTION = {
-    "en": "Your reply so far is below. Continue it from exactly where it ends; "
-          "do not repeat any of it.\n\n",
-    "zh": "下面是你到目前为止的回复。请从它结束的地方直接接着写，不要重复其中任何内容。\n\n",
-}
-
 
 def history_to_messages(history: Iterable | None) -> list[Message]:
     """TinyAgent history (a list of (user, assistant) pairs) or message dicts -> messages."""
@@ -41,10 +35,13 @@ def scratchpad(steps, suffix: str = "") -> str:
 
 def prompt_messages(messages: list[Message], steps, suffix: str = "") -> list[Message]:
     """The messages to send: the conversation, then the scratchpad as a trailing assistant message.
-    A `working` step (the model's own working, first) is a turn of its own: its reply, then the user
-    message asking to check it (the step's observation); the scratchpad of the steps after it follows."""
+    A `searched` step (the question searched first) is already in the conversation: its results are in the
+    question's message. A `working` step (the model's own working, first) is a turn of its own: its reply,
+    then the user message asking to check it (the step's observation); the scratchpad of the steps after it
+    follows."""
     messages = list(messages)
-    if steps and steps[0].kind == StepKind.WORKING:  # only ever a run's first step
+    steps = [s for s in steps if s.kind != StepKind.SEARCHED]
+    if steps and steps[0].kind == StepKind.WORKING:  # only ever a run's first step (after a search)
         working, *steps = steps
         messages += [{"role": "assistant", "content": working.text},
                      {"role": "user", "content": working.observation or ""}]
@@ -58,7 +55,7 @@ def fold_scratchpad(messages: list[Message]) -> list[Message]:
     pad = last["content"]
     user = rest.pop()["content"] if rest and rest[-1]["role"] == "user" else ""
     lang = detect_lang(user + pad)
-    content = (user.rstrip() + "\n\n" if user.strip() else "") + FOLD_INSTRUCTION[lang] + pad
+    content = (user.rstrip() + "\n\n" if user.strip() else "") + shipped().text("common.fold", lang) + pad
     return [*rest, {"role": "user", "content": content}]
 
 

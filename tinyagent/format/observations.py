@@ -6,6 +6,7 @@ import re
 
 from .arguments import skeleton
 from .kinds import StepKind
+from .templates import Prompts, shipped
 
 #: The most of a tool's output kept anywhere (the step's raw observation, traces, --json, eval results).
 MAX_RAW_OBSERVATION_CHARS = 64 * 1024
@@ -58,35 +59,23 @@ def example_call(tool) -> str:
     return f"Action: {tool.name_for_model}\nAction Input: {skeleton(tool)}"
 
 
-def worked_step(tool) -> str:
-    """A complete step for `tool`, shown when a model makes the same format mistake twice."""
-    return (f"Thought: I need {tool.name_for_model} for this.\n{example_call(tool)}\n"
-            "Then stop and wait for the Observation. When you know the answer, write a Thought, then "
-            "Final Answer: and the answer itself on the same line.")
-
-
-def error_observation(message: str, worked_for=None) -> str:
+def error_observation(message: str, worked_for=None, prompts: Prompts | None = None) -> str:
     """The observation of a format error; with a tool, also a complete step to copy (a repeated mistake)."""
-    text = f"Error: {message}"
-    return text if worked_for is None else f"{text}\nA complete step looks like this:\n{worked_step(worked_for)}"
+    prompts = prompts or shipped()
+    text = prompts.fill("react.error", "en", message=message)
+    if worked_for is None:
+        return text
+    return text + "\n" + prompts.fill("react.worked", "en", tool=worked_for.name_for_model, call=example_call(worked_for))
 
 
-def repeated_call_observation(tool_name: str, step_number: int) -> str:
+def repeated_call_observation(tool_name: str, step_number: int, prompts: Prompts | None = None) -> str:
     """What a model is told when it calls a tool again with the arguments of an earlier step."""
-    return (f"You already called {tool_name} with these arguments in step {step_number}; "
-            f"its result is above. Do not repeat it: use that result, try other arguments or "
-            f"another tool, or give the Final Answer.")
+    return (prompts or shipped()).fill("react.repeated_call", "en", tool=tool_name, step=step_number)
 
 
-#: What a model reads when a call it asked for was refused before it ran (agent/approval.py).
-REFUSED = {"en": "The call to {tool} was refused, so it did not run: {reason}. Do not ask for it again as it "
-                 "was; answer with what you know, or try another way.",
-           "zh": "对 {tool} 的调用被拒绝，没有执行：{reason}。不要原样再次调用；请用已知的信息回答，或换一种方法。"}
-
-
-def refused_observation(tool_name: str, reason: str, lang: str = "en") -> str:
+def refused_observation(tool_name: str, reason: str, lang: str = "en", prompts: Prompts | None = None) -> str:
     """The observation of a call that was refused, with the reason it was given."""
-    return REFUSED.get(lang, REFUSED["en"]).format(tool=tool_name, reason=reason.rstrip("."))
+    return (prompts or shipped()).fill("common.refused", lang, tool=tool_name, reason=reason.rstrip("."))
 
 
 def tool_failure(tool_name: str, error: BaseException) -> str:
@@ -117,16 +106,3 @@ def neutralize_control_tokens(text: str, extra: tuple[str, ...] = ()) -> str:
         if token and len(token) > 1 and token in text:
             text = text.replace(token, token[0] + _BREAK + token[1:])
     return _CONTROL.sub(lambda m: m.group(0)[0] + _BREAK + m.group(0)[1:], text)
-
-
-def neutralized(value, depth: int = 0):
-    """`value` (a str, or the str leaves and keys of dicts and lists, as a tool schema) neutralised."""
-    if isinstance(value, str):
-        return neutralize_control_tokens(value)
-    if depth > 20:  # a schema nested this deep is not shown whole anyway
-        return value
-    if isinstance(value, dict):
-        return {neutralized(k, depth + 1): neutralized(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list):
-        return [neutralized(v, depth + 1) for v in value]
-    return value

@@ -11,7 +11,7 @@ import functools
 import importlib.util
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .kinds import StepKind
 
@@ -41,9 +41,10 @@ class StepFormat:
     answer_only: bool = False
     max_line_tokens: int = MAX_LINE_TOKENS
     calls: object = None  # a tool_formats.ToolFormat: the model's own call format instead of ReAct text
+    answer_schema: str | None = None  # JSON Schema text: the final answer is JSON that fits it
 
 
-#: The reply after the turn cap's `Final Answer:` (prompts.FORCE_FINAL): one line of answer text.
+#: The reply after the turn cap's `Final Answer:` (react.force_final in data/prompts/react.yaml): one line of answer text.
 ANSWER_FORMAT = StepFormat(answer_only=True)
 
 
@@ -54,18 +55,19 @@ def step_format(tools, final_answer: bool = True, calls=None) -> StepFormat:
     return StepFormat(tools=described, final_answer=final_answer or not described, calls=calls)
 
 
-def next_step_format(tools, steps, forced: bool = False, calls=None) -> StepFormat:
+def next_step_format(tools, steps, forced: bool = False, calls=None, answer_schema: str | None = None) -> StepFormat:
     """What the next reply of a constrained run may be, given the run's steps so far.
 
     After the turn cap (`forced`) only the answer's text. The first step calls a tool: a small model
     that answers unaided is guessing. After a repeated call the step gives the final answer: the
-    model is stuck, and more turns would repeat the call. Otherwise a tool call or the answer.
+    model is stuck, and more turns would repeat the call. Otherwise a tool call or the answer. With
+    `answer_schema` (JSON Schema text) the answer is JSON that fits it.
     """
     if forced:
-        return ANSWER_FORMAT if calls is None else StepFormat(answer_only=True, calls=calls)
+        return StepFormat(answer_only=True, calls=calls, answer_schema=answer_schema)
     if steps and steps[-1].kind == StepKind.REPEATED_CALL:
-        return step_format([], calls=calls)
-    return step_format(tools, final_answer=bool(steps), calls=calls)
+        return replace(step_format([], calls=calls), answer_schema=answer_schema)
+    return replace(step_format(tools, final_answer=bool(steps), calls=calls), answer_schema=answer_schema)
 
 
 def step_pattern(fmt: StepFormat, arguments_pattern: Callable[[str], str]) -> str:
@@ -77,12 +79,13 @@ def step_pattern(fmt: StepFormat, arguments_pattern: Callable[[str], str]) -> st
     """
     if fmt.calls is not None:
         return fmt.calls.reply_pattern(fmt, arguments_pattern)
+    answer = FREE_TEXT if fmt.answer_schema is None else arguments_pattern(fmt.answer_schema)
     if fmt.answer_only:
-        return " ?" + FREE_TEXT
+        return " ?" + answer
     endings = [f"Action: {escape_pattern(name)}\\nAction Input: {arguments_pattern(schema)}"
                for name, schema in fmt.tools]
     if fmt.final_answer:
-        endings.append("Final Answer: " + FREE_TEXT)
+        endings.append("Final Answer: " + answer)
     return f"Thought: {FREE_TEXT}\\n(?:{'|'.join(endings)})"
 
 
@@ -106,7 +109,7 @@ def require_outlines() -> None:
 
 @functools.lru_cache(maxsize=256)
 def arguments_pattern(schema_json: str) -> str:
-    """The regex of a JSON object valid for `schema_json` (required keys, types, no other keys)."""
+    """The regex of a JSON value valid for `schema_json` (an object: required keys, types, no other keys)."""
     require_outlines()
     from outlines_core.json_schema import build_regex_from_schema  # the optional extra
 

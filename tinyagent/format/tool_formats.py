@@ -101,18 +101,7 @@ def template_takes_tools(template: str | None) -> bool:
     return bool(template) and "tools" in template
 
 
-# --- what the model reads -----------------------------------------------------------------------
-
-SYSTEM_PROMPT = {
-    "en": "Answer the user's questions as well as you can. Call a tool when it helps; you may call several at "
-          "once. When you know the answer, reply with the answer only, without calling a tool.",
-    "zh": "请尽你所能回答用户的问题。需要时调用工具，可以一次调用多个。知道答案后，直接回复答案，不要再调用工具。",
-}
-FORCE_ANSWER = {
-    "en": "You have used all your steps. Answer the question now from what you know, without calling a tool.",
-    "zh": "你已经用完了所有步骤。请根据已知信息直接回答问题，不要再调用工具。",
-}
-
+# --- what the model reads (its system prompt and forced answer: data/prompts/tools.yaml) ---------------
 
 def tools_block(fmt: ToolFormat, schemas: list[dict]) -> str:
     """The tools as the family's documented system text, for a template that does not render `tools=`."""

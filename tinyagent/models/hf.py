@@ -18,7 +18,7 @@ from ..engine.streaming import CancelCriterion, ReplyText, TextStop, make_stream
 from ..format.messages import Message
 from ..format.tool_formats import MARKERS, detect_format, template_takes_tools
 from ..text import StopHoldback, TextCallback, trim_at_stop
-from .base import Completion
+from .model import Reply
 from .local import DEFAULT_GENERATION, END_OF_TURN_TOKENS, KEPT_PREFIXES, REPLY_OPTIONS, LocalChatModel
 
 log = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ class HFChatModel(LocalChatModel):
                  repetition_penalty: float | None = None, no_repeat_ngram_size: int | None = None,
                  max_line_tokens: int | None = None, on_text: TextCallback | None = None,
                  logits_processor: list | None = None, constraint=None, cancel: threading.Event | None = None,
-                 tools: list[dict] | None = None, **ignored) -> Completion:
+                 tools: list[dict] | None = None, **ignored) -> Reply:
         """Continue `messages`; returns the new text (before the first stop string) with usage counts.
 
         `constraint` (a `format.step_format.StepFormat`) keeps the reply in that format (needs outlines, see
@@ -149,7 +149,7 @@ class HFChatModel(LocalChatModel):
         `no_repeat_ngram_size` act within the reply only (`engine.repetition`). Setting `cancel` ends
         generation after the current token (what `stream` does when abandoned). `tools` (function schemas)
         go to the chat template; the reply then keeps its tool-call markers, and its calls come back as
-        `Completion.tool_calls` where the tokenizer has a response template (`parsed_calls`).
+        `Reply.tool_calls` where the tokenizer has a response template (`parsed_calls`).
         """
         self.check_generation_options(ignored)
         stop = [s for s in stop or () if s]
@@ -180,9 +180,9 @@ class HFChatModel(LocalChatModel):
             holdback.finish(text)
         capped = (len(new_ids) >= config.max_new_tokens and text == decoded
                   and not (new_ids and new_ids[-1] in self.end_token_ids))
-        return Completion(text, prompt_tokens=len(ids), completion_tokens=len(new_ids), seconds=seconds,
-                          cached_tokens=reused, finish_reason="length" if capped else "stop",
-                          tool_calls=self.parsed_calls(prompt, text, tools) if tools else None)
+        return Reply(text, prompt_tokens=len(ids), completion_tokens=len(new_ids), seconds=seconds,
+                     cached_tokens=reused, finish_reason="length" if capped else "stop",
+                     tool_calls=self.parsed_calls(prompt, text, tools) if tools else None)
 
     @property
     def reuse_cache(self) -> bool:

@@ -27,7 +27,7 @@ from ..engine.sequences import SequencePool
 from ..format.messages import Message
 from ..format.tool_formats import detect_format, template_takes_tools
 from ..text import StopHoldback, TextCallback, trim_at_stop
-from .base import Completion
+from .model import Reply
 from .local import DEFAULT_GENERATION, END_OF_TURN_TOKENS, LocalChatModel
 
 MAX_BATCH = 8  # calls generated together by default (the transformers batcher's too), each in a sequence of its own
@@ -121,7 +121,7 @@ class LlamaCppModel(LocalChatModel):
                  repetition_penalty: float | None = None, no_repeat_ngram_size: int | None = None,
                  max_line_tokens: int | None = None, on_text: TextCallback | None = None,
                  logits_processor: list | None = None, constraint=None, cancel: threading.Event | None = None,
-                 tools: list[dict] | None = None, **ignored) -> Completion:
+                 tools: list[dict] | None = None, **ignored) -> Reply:
         """Continue `messages`; returns the new text (before the first stop string) with usage counts.
 
         The keywords are `HFChatModel.generate`'s; `logits_processor` holds functions
@@ -153,8 +153,8 @@ class LlamaCppModel(LocalChatModel):
         if holdback:
             holdback.finish(text)
         capped = len(new) >= budget and text == whole and not (new and new[-1] in self._end_ids)
-        return Completion(text, prompt_tokens=len(ids), completion_tokens=len(new), seconds=seconds,
-                          cached_tokens=request.reused, finish_reason="length" if capped else "stop")
+        return Reply(text, prompt_tokens=len(ids), completion_tokens=len(new), seconds=seconds,
+                     cached_tokens=request.reused, finish_reason="length" if capped else "stop")
 
     @property
     def reuse_cache(self) -> bool:

@@ -11,7 +11,7 @@ from ..engine.chat_template import render_chat
 from ..engine.repetition import ReplyRepetition
 from ..engine.streaming import stream_in_thread
 from ..format.messages import Message
-from .base import BaseModel
+from .model import BaseModel
 
 #: Special tokens that close a turn in common chat formats; generation stops at any the vocabulary has.
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")

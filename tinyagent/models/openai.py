@@ -37,10 +37,10 @@ import requests
 
 from ..format.messages import Message, fold_scratchpad
 from ..format.step_format import pattern_of, require_outlines
-from ..http import MAX_BODY_BYTES, Deadline, RequestFailed, Session, body_chunks, json_body, post_json
-from ..secrets import register_secret, register_url
+from ..jsonhttp import MAX_BODY_BYTES, Deadline, RequestFailed, Session, body_chunks, json_body, post_json
+from ..redaction import register_secret, register_url
 from ..text import TextCallback, estimate_tokens, trim_at_stop
-from .base import BaseModel, Completion
+from .model import BaseModel, Reply
 from .openai_calls import MESSAGE_KEYS
 from .sse import error_detail, read_body, read_stream
 
@@ -162,13 +162,16 @@ class OpenAIChatModel(BaseModel):
                         return value
         return None
 
-    def count_tokens(self, messages: list[Message]) -> int:
-        """The prompt's tokens, estimated: the server's tokenizer is not at hand."""
-        return sum(estimate_tokens(str(m.get("content") or "")) + MESSAGE_OVERHEAD_TOKENS for m in messages)
+    def count_tokens(self, messages: list[Message], tools: list[dict] | None = None) -> int:
+        """The prompt's tokens, estimated (the server's tokenizer is not at hand): each message's text and tool
+        calls, and the `tools` the server shows the model."""
+        total = sum(estimate_tokens(str(m.get("content") or "")) + MESSAGE_OVERHEAD_TOKENS for m in messages)
+        shown = [m["tool_calls"] for m in messages if m.get("tool_calls")] + ([tools] if tools else [])
+        return total + sum(estimate_tokens(json.dumps(part, ensure_ascii=False, default=str)) for part in shown)
 
     # --- the BaseModel interface -------------------------------------------------------------
 
-    def generate(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> Completion:
+    def generate(self, messages: list[Message], stop: list[str] | None = None, **kwargs) -> Reply:
         """The model's next text for `messages`, cut before the first stop string, with usage counts
         (estimated where the server sent none)."""
         on_text: TextCallback | None = kwargs.pop("on_text", None)
@@ -191,9 +194,10 @@ class OpenAIChatModel(BaseModel):
         finally:
             response.close()
         prompt_tokens, completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        return Completion(
+        return Reply(
             text,
-            prompt_tokens=self.count_tokens(payload["messages"]) if prompt_tokens is None else prompt_tokens,
+            prompt_tokens=self.count_tokens(payload["messages"], payload.get("tools")) if prompt_tokens is None
+            else prompt_tokens,
             completion_tokens=estimate_tokens(text) if completion_tokens is None else completion_tokens,
             seconds=time.perf_counter() - started,
             cached_tokens=usage.get("cached_tokens"),

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import requests
 
-from ..http import Deadline, RequestFailed, body_chunks, json_body
+from ..jsonhttp import Deadline, RequestFailed, body_chunks, json_body
 from ..text import StopHoldback, TextCallback, clip, estimate_tokens, trim_at_stop
 from .openai_calls import ToolCallPieces
 

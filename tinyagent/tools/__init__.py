@@ -1,6 +1,6 @@
 """Tools the agent can call. Each describes itself for the prompt and validates its arguments."""
 from . import mcp
-from .base import (
+from .tool import (
     FunctionTool,
     Tool,
     ToolArgumentError,
@@ -10,14 +10,17 @@ from .base import (
     tool,
 )
 from .calculator import Calculator
+from .corpus import CorpusError
 from .docstore import DocstoreLookup, DocstoreSearch, docstore_tools
 from .google_search import GoogleSearch
 from .llm_tool import LLMTool
-from .local_search import CorpusError, LocalSearch
+from .local_search import LocalSearch
+from .opensearch import OpenSearchIndex
+from .search_index import SearchIndex
 from .mcp import MCPServerError
 
 __all__ = ["Tool", "FunctionTool", "ToolError", "ToolArgumentError", "ToolTimeout", "invoke", "tool",
-           "Calculator", "GoogleSearch", "LocalSearch", "CorpusError", "DocstoreSearch", "DocstoreLookup",
+           "Calculator", "GoogleSearch", "LocalSearch", "SearchIndex", "OpenSearchIndex", "CorpusError", "DocstoreSearch", "DocstoreLookup",
            "docstore_tools", "LLMTool", "MCPServer", "MCPServerError"]
 
 

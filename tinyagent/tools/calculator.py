@@ -12,7 +12,7 @@ import math
 import operator
 import unicodedata
 
-from .base import Tool, ToolError
+from .tool import Tool, ToolError
 
 MAX_INPUT_CHARS = 500
 MAX_RESULT_BITS = 4096  # about 1,200 decimal digits

@@ -11,8 +11,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .base import Tool, ToolError
-from .local_search import Corpus, Document, normalize, shorten
+from .corpus import Corpus, Document, shorten
+from .terms import normalize
+from .tool import Tool, ToolError
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])")
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import os
 
-from ..http import Deadline, RequestFailed, json_body, post_json
-from ..secrets import register_secret, register_url
-from .base import Tool, ToolError
+from ..jsonhttp import Deadline, RequestFailed, json_body, post_json
+from ..redaction import register_secret, register_url
+from .tool import Tool, ToolError
 
 SERPER_URL = "https://google.serper.dev/search"
 KEY_ENV = "SERPER_API_KEY"
@@ -16,9 +16,10 @@ class GoogleSearch(Tool):
     name_for_model = "google_search"
     name_for_human = {"en": "Google Search", "zh": "谷歌搜索"}
     description_for_model = {
-        "en": "A search engine. Use it to look up facts about people, places, events and "
-              "anything current. Returns the top results with their snippets.",
-        "zh": "一个搜索引擎。用于查询人物、地点、事件及最新信息等事实，返回最相关结果的摘要。",
+        "en": "A web search engine (Google). Use it to look up public facts about people, places and events, "
+              "anything current, and what is not in your own documents. Returns the top results with their snippets.",
+        "zh": "一个网络搜索引擎（谷歌）。用于查询人物、地点、事件等公开事实、最新信息，以及你自己的文档中没有的内容，"
+              "返回最相关结果的摘要。",
     }
     parameters = [{
         "name": "search_query",

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..text import detect_lang
-from .base import Tool, ToolError
+from .tool import Tool, ToolError
 
 SYSTEM = {
     "en": "Answer the question briefly and factually from your own knowledge. "

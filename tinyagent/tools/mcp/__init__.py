@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 
 from .spec import MCPServerError, spec_problem
-from .tool import MCPTool
+from .server_tool import MCPTool
 
 __all__ = ["MCPServer", "MCPServerError", "MCPTool", "spec_problem", "start_servers"]
 

@@ -23,11 +23,11 @@ import weakref
 from collections.abc import Mapping, Sequence
 
 from ...format.observations import kept
-from ...secrets import redact, register_args, register_secret
+from ...redaction import redact, register_args, register_secret
 from ...text import clip
-from ..base import Tool, ToolError
+from ..tool import Tool, ToolError
 from .spec import INSTALL_HINT, MCPServerError
-from .tool import DESCRIPTION_CHARS, MCPTool, result_text
+from .server_tool import DESCRIPTION_CHARS, NAME, MCPTool, result_text
 
 log = logging.getLogger(__name__)
 
@@ -199,15 +199,23 @@ class MCPServer:
 
 
 def _select(server: MCPServer, listed: list, names: Sequence[str] | None, chars: int) -> list[Tool]:
-    """A Tool per listed tool, or per named tool when `names` is given (each must exist)."""
-    by_name = {spec.name: spec for spec in listed}
+    """A Tool per listed tool, or per named tool when `names` is given (each must exist). A tool whose name is
+    not an MCP tool name (a newline, an escape sequence, ...) is left out, with a warning naming the server."""
+    usable = []
+    for spec in listed:
+        if isinstance(spec.name, str) and NAME.fullmatch(spec.name):
+            usable.append(spec)
+        else:
+            log.warning("MCP server %s: the tool %s is not used: its name is not an MCP tool name (1-128 letters, "
+                        "digits, _, - and .)", server.label, clip(repr(spec.name), 80))
+    by_name = {spec.name: spec for spec in usable}
     if names is not None:
         missing = [n for n in names if n not in by_name]
         if missing:
             raise MCPServerError(f"MCP server {server.label} has no tool {', '.join(map(repr, missing))}; "
                                  f"it has: {', '.join(by_name) or 'none'}")
-        listed = [by_name[n] for n in names]
-    return [MCPTool(server, spec, chars) for spec in listed]
+        usable = [by_name[n] for n in names]
+    return [MCPTool(server, spec, chars) for spec in usable]
 
 
 def _reason(error: BaseException) -> str:

@@ -1,0 +1,44 @@
+"""Which of an agent's tools is its search tool, and where a query goes in it: what retrieve-then-answer and
+the ReAct search policy search the question with."""
+from __future__ import annotations
+
+import re
+
+from .tool import Tool
+
+#: Words that ask rather than name: left out of a question's search terms (`search_terms`).
+_ASKING = re.compile(r"\b(?:what|which|who|whom|whose|when|where|why|how|many|much|is|are|was|were|did|does|do|the|"
+                     r"a|an|of|in|on|at|to|for|by|with|and|or|it|its|his|her|their|this|that|year|name|called)\b|"
+                     r"什么|哪一|哪个|哪里|哪年|哪|谁|多少|几|吗|呢|是|的|了|叫|在|有", re.IGNORECASE)
+#: What a search tool says when it found nothing (local_search's words).
+NOTHING_FOUND = re.compile(r"^\s*No results\b", re.IGNORECASE)
+
+#: The names of the search tools retrieve-then-answer looks for, in this order (`find_search_tool`).
+SEARCH_TOOLS = ("local_search", "google_search", "search")
+
+
+def find_search_tool(tools, name: str | None = None) -> Tool | None:
+    """The tool to search with: the one called `name` when given (None if there is none), else the first of
+    `SEARCH_TOOLS` among `tools` (local_search, google_search, the docstore's search), else None."""
+    by_name = {t.name_for_model: t for t in tools}
+    if name is not None:
+        return by_name.get(name)
+    return next((by_name[n] for n in SEARCH_TOOLS if n in by_name), None)
+
+
+def query_argument(tool: Tool) -> str:
+    """The parameter a search tool takes its query in: its first required string parameter (search_query,
+    entity, an MCP tool's query), else its first parameter."""
+    params = tool.parameters or []
+    if not params:
+        raise ValueError(f"the search tool {tool.name_for_model} takes no parameter to put the question in")
+    for p in params:
+        if p.get("required") and (p.get("schema") or {}).get("type", "string") == "string":
+            return p["name"]
+    return params[0]["name"]
+
+
+def search_terms(question: str) -> str:
+    """A question's naming words (the words that ask, and punctuation, left out): the second query when the
+    question itself found nothing."""
+    return " ".join(re.sub(r"[^\w]+", " ", _ASKING.sub(" ", question)).split())
