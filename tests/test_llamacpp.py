@@ -299,7 +299,7 @@ def test_constrained_replies_are_valid_steps(model):
         messages = [QUESTION[0], {"role": "user", "content": question}]
         reply = model.generate(messages, stop=list(STOP_WORDS), constraint=fmt, max_new_tokens=40)
         assert re.fullmatch(pattern_of(fmt), str(reply)), reply
-    result = Agent(model, TOOLS, max_turns=1, max_new_tokens=48, protocol=ReAct(working_first=False, constrained=True)).run("What is 12 times 6?")
+    result = Agent(model, TOOLS, max_turns=1, max_new_tokens=48, protocol=ReAct(working_first=False, constrained=True, search="tool")).run("What is 12 times 6?")
     assert result.steps[0].kind in ("action", "tool_error") and result.steps[0].arguments is not None
 
 
