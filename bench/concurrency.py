@@ -3,9 +3,10 @@
 Each agent replays its own episode (all recorded episodes in order, cycled when N is larger: copies
 of one episode would share whole prompts) with its recorded replies forced
 token by token through the model's `generate`, so every run does the same work whatever the
-weights. Concurrently, on transformers the agents' decode steps share batched forward passes
-(engine/batching.py), on llama.cpp they run one call at a time, each conversation kept as a sequence
-of llama.cpp's cache (engine/sequences.py); sequentially they run one by one on the same model. Tokens
+weights. Concurrently, the agents' decode steps share batched forward passes: on transformers packed passes
+(engine/batching.py), on llama.cpp one `llama_decode` per step carrying a token of each agent
+(engine/llama_batching.py), each conversation kept as a sequence of llama.cpp's cache (engine/sequences.py);
+sequentially they run one by one on the same model. Tokens
 processed are counted by the batcher or by llama.cpp itself; the lower bound is each agent's final
 transcript, each token through the model once.
 """

@@ -2,7 +2,7 @@
 
 Replay (the headline figures): recorded episodes (bench/episodes/*.jsonl) run through the real
 `Agent` on a `ReplayModel`, which forces each recorded reply token by token through the model's own
-`generate` (tinyagent/models/replay.py), so every step costs what generating it costs, whatever the
+`generate` (bench/replay.py), so every step costs what generating it costs, whatever the
 weights would have chosen. Strategies, alternating per episode on the same weights:
   original   no stop strings, full prompt every step: the invented continuation is decoded, then cut
   stop       stop strings, full prompt every step
@@ -229,6 +229,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--threads", type=int, help="CPU threads (torch's, and llama.cpp's)")
+    parser.add_argument("--weight-type", default="auto", help="llama.cpp: auto (converted where the file's type has "
+                        "no fast kernels), file (its own), q8_0, q4_0, f16, bf16")
     parser.add_argument("--max-new-tokens", type=int, default=512)
     parser.add_argument("--live", action="store_true", help="also answer the questions freely")
     parser.add_argument("--constrained", action="store_true", help="live: add ReAct(constrained=True)")

@@ -36,7 +36,10 @@ def load_model(args, episodes: list[Episode], workdir: str, backend: str):
     if backend == "llamacpp":
         path = args.model or _embedded_path()
         threads = {"threads": args.threads} if args.threads else {}
-        return LlamaCppModel(path, **threads), f"{Path(path).name} on llama.cpp"
+        batch = {"max_batch": args.concurrency} if args.concurrency else {}
+        model = LlamaCppModel(path, weight_type=args.weight_type, **threads, **batch)
+        r = model.runtime
+        return model, f"{Path(path).name} on llama.cpp ({(r.weight_type or r.file_type or '?').upper()} weights)"
     batch = {"max_batch": max(MAX_BATCH, args.concurrency or 0)}
     if args.random_internlm2:
         from tinyagent.models.internlm2 import InternLM2Chat
@@ -71,7 +74,8 @@ def strategy_models(model) -> dict:
     if isinstance(model, LlamaCppModel):  # the file is mapped once; each model has its own context
         r = model.runtime
         return {mode: model if mode == "tinyagent" else
-                LlamaCppModel(r.path, context_window=r.context_window, threads=r.threads, reuse_cache=False)
+                LlamaCppModel(r.path, context_window=r.context_window, threads=r.threads, reuse_cache=False,
+                              weight_type=r.weight_type or "file")
                 for mode in MODES}
     make = type(model).from_model
     return {mode: make(model.model, model.tokenizer, reuse_cache=mode == "tinyagent") for mode in MODES}
@@ -130,16 +134,17 @@ def shared_tokens(model) -> int:
 
 
 def decode_steps(model) -> tuple[int, int]:
-    """(decode passes, decoding requests fed in them) so far: llama.cpp runs one request per pass."""
+    """(decode passes, decoding requests fed in them) so far."""
     if isinstance(model, LlamaCppModel):
-        return model.runtime.counters.single_passes, model.runtime.counters.single_passes
+        return model.runtime.counters.decode_passes, model.runtime.counters.decode_rows
     return model._batcher.passes, model._batcher.stepped
 
 
 def batching(model) -> dict:
-    """What batches concurrent calls: the transformers batcher's sizes, or llama.cpp's one call at a time."""
+    """What batches concurrent calls: the batcher's sizes (transformers' or llama.cpp's)."""
     if isinstance(model, LlamaCppModel):
-        return {"max_batch": 1, "kept_prefixes": model.runtime.sequences}
+        return {"max_batch": model._batcher.max_batch, "kept_prefixes": model.runtime.sequences,
+                "weights": model.runtime.weight_type or model.runtime.file_type, "threads": model.runtime.threads}
     if model._batcher is None:
         raise SystemExit("--concurrency: this model's cache cannot be batched (it has sliding-window or other "
                          "layers that are not plain full attention); it runs one call at a time")

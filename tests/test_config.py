@@ -189,6 +189,17 @@ def test_a_llamacpp_config_without_llama_cpp_installed_says_how_to_install_it(mo
     assert "model.path: no such GGUF file" in error_of(None, model_overrides(str(tmp_path / "none.gguf")))
 
 
+def test_llamacpp_settings_that_cannot_work_together_are_one_line_errors(monkeypatch, tmp_path):
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setattr(load, "llamacpp_available", lambda: True)
+    base = {"model.backend": "llamacpp", "model.path": str(gguf)}
+    assert error_of(None, {**base, "model.kv_cells": 256, "model.context_window": 1024}) == (
+        "model.context_window: 1024 is more than model.kv_cells (256) can hold")
+    assert "model.weight_type: 'q3' is not one of auto, file, q8_0" in error_of(None, {**base, "model.weight_type": "q3"})
+    assert load_config(None, {**base, "model.kv_cells": 256, "model.weight_type": "file"}).model.kv_cells == 256
+
+
 def test_model_overrides_pick_the_backend(tmp_path):
     internlm = tmp_path / "my-internlm"
     internlm.mkdir()

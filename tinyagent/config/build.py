@@ -29,8 +29,8 @@ def build_model(cfg: Config):
     if m.trust_remote_code:
         log.warning("trust_remote_code is on for %s: Python code from that model repository will run on "
                     "this machine with your permissions. Use it only for repositories you trust.", m.path)
-    local = {"max_batch": m.max_batch, "kept_prefixes": m.kept_prefixes}
-    llama = {k: getattr(m, k) for k in ("context_window", "kv_cells", "threads") if getattr(m, k) is not None}
+    local = {"max_batch": m.max_batch, **({"kept_prefixes": m.kept_prefixes} if m.kept_prefixes is not None else {})}
+    llama = {k: getattr(m, k) for k in ("context_window", "kv_cells", "threads", "weight_type") if getattr(m, k) is not None}
     if m.backend == "embedded":  # CPU unless a device is named: 135M parameters need no GPU
         device = {} if m.device == "auto" else {"device": m.device}
         runtime = embedded_runtime(cfg)

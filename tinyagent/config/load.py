@@ -18,6 +18,7 @@ from ..agent.protocols import PROTOCOLS
 from ..agent.react import RECHECKS, SEARCHES
 from ..engine.llama_runtime import INSTALL_HINT as LLAMACPP_HINT
 from ..engine.llama_runtime import llamacpp_available
+from ..engine.llama_weights import WEIGHT_TYPES
 from ..format.step_format import INSTALL_HINT, outlines_available
 from ..models.openai import GUIDED_DECODING_FIELDS, SCRATCHPAD_MODES
 from ..redaction import register_args, register_secret, register_url
@@ -198,7 +199,7 @@ def _show(value) -> str:
 def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
     m, g, a, w, v = cfg.model, cfg.generation, cfg.agent, cfg.web, cfg.serve
     choices = {"model.backend": (m.backend, BACKENDS), "model.dtype": (m.dtype, DTYPES),
-               "model.runtime": (m.runtime, RUNTIMES),
+               "model.runtime": (m.runtime, RUNTIMES), "model.weight_type": (m.weight_type, WEIGHT_TYPES),
                "model.scratchpad": (m.scratchpad, SCRATCHPAD_MODES), "agent.lang": (a.lang, LANGS),
                "agent.protocol": (a.protocol, PROTOCOLS), "agent.recheck": (a.recheck, (None, *RECHECKS)),
                "agent.search": (a.search, (None, *SEARCHES)),
@@ -226,6 +227,8 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
     for key, (value, least) in minimums.items():
         if value is not None and value < least:
             _fail(where, key, f"must be at least {least}, not {value}")
+    if m.context_window and m.kv_cells and m.backend != "openai" and m.context_window > m.kv_cells:
+        _fail(where, "model.context_window", f"{m.context_window} is more than model.kv_cells ({m.kv_cells}) can hold")
     if not 0 < g.top_p <= 1:
         _fail(where, "generation.top_p", f"must be in (0, 1], not {g.top_p}")
     for key, seconds in (("model.timeout", m.timeout), ("model.deadline", m.deadline), ("web.session_ttl", w.session_ttl)):

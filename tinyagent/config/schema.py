@@ -40,11 +40,13 @@ class ModelConfig:
     deadline: float = 600.0          # openai: seconds one model call may take in all, retries included
     max_response_bytes: int = 8 * 1024 * 1024  # openai: the most of one answer read
     max_batch: int = 8               # hf, internlm2, embedded: generate calls run together (1: one at a time)
-    kept_prefixes: int = 16          # local backends: conversations whose KV cache is kept between calls
+    kept_prefixes: int | None = None  # local backends: conversations whose KV cache is kept between calls (null:
+                                      # 16 on transformers; on llama.cpp its max_batch sequences)
     context_window: int | None = None  # openai: the served window (null: from the model list); llamacpp: tokens
                                        # per conversation (null: the file's, at most 32768)
-    kv_cells: int | None = None      # llamacpp: KV cache of the kept conversations (null: 2 windows, at most 32768)
-    threads: int | None = None       # llamacpp: CPU threads (null: half the CPUs, at least one)
+    kv_cells: int | None = None      # llamacpp: KV cells of all conversations (null: 32768, or a window each)
+    threads: int | None = None       # llamacpp: CPU threads (null: the free physical cores, at least one)
+    weight_type: str = "auto"        # llamacpp: auto (a type with fast kernels, converted once), file, q8_0, q4_0, ...
 
 
 @dataclass

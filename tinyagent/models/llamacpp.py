@@ -6,9 +6,10 @@ transformers renders it), stop strings at a line start and never inside a think 
 that holds back what may become a stop string, constrained decoding through the same automaton,
 repetition rules within the reply, cancel, and usage counts with `cached_tokens`. The KV cache
 keeps `kept_prefixes` conversations between calls (`engine.sequences`), so each step of an agent
-feeds only its new tokens. Concurrent calls run one at a time: measured on this project's 2-core
-CPU, a llama.cpp pass over 8 sequences costs about 7 passes of one (attention over each agent's
-1,500 cached tokens is per-sequence work), so batching them gains little (README, "Models").
+feeds only its new tokens. Concurrent calls (agents in threads, the eval, the chat page) are stepped
+together, one `llama_decode` per step carrying a token of each (`engine.llama_batching`), each with its
+own rules. A file whose weight type has no fast kernels on this CPU is converted once and cached
+(`engine.llama_weights`); threads default to the free physical cores (`engine.cpus`).
 """
 from __future__ import annotations
 
@@ -19,15 +20,18 @@ import weakref
 from pathlib import Path
 
 from ..engine.chat_template import template_renderer
+from ..engine.llama_batching import LlamaBatcher, Request
 from ..engine.llama_runtime import LlamaRuntime
 from ..engine.sampling import ReplyChooser
 from ..engine.sequences import SequencePool
-from ..engine.streaming import PieceText
 from ..format.messages import Message
 from ..format.tool_formats import detect_format, template_takes_tools
-from ..text import StopHoldback, TextCallback, stop_index, trim_at_stop
+from ..text import StopHoldback, TextCallback, trim_at_stop
 from .model import Reply
-from .local import DEFAULT_GENERATION, END_OF_TURN_TOKENS, KEPT_PREFIXES, LocalChatModel
+from .local import DEFAULT_GENERATION, END_OF_TURN_TOKENS, LocalChatModel
+
+MAX_BATCH = 8  # calls generated together by default (the transformers batcher's too), each in a sequence of its own
+COPY_MIN = 32  # tokens a new conversation must share with a kept one to copy its stream rather than compute them
 
 
 class Vocabulary:
@@ -57,22 +61,28 @@ class Vocabulary:
 class LlamaCppModel(LocalChatModel):
     """`LlamaCppModel("model.gguf")`: any GGUF chat model llama.cpp runs (see the module docstring).
 
-    `context_window`: tokens of one conversation (default the file's trained context, at most
-    `llama_runtime.MAX_CONTEXT`); `kv_cells`: the KV cache the kept conversations share (see `LlamaRuntime`); `threads`: CPU threads (default half the CPUs this process may use);
-    `seed`: of the sampler when `temperature` > 0. `max_batch` is accepted for a config's sake: calls
-    run one at a time here.
+    `max_batch`: calls generated together (more wait for a place); each has a sequence of the KV cache, and
+    those sequences (at least `kept_prefixes`) keep their conversations between calls. `context_window`:
+    tokens of one conversation (default: `llama_runtime.MAX_CONTEXT` cells split between the sequences, at
+    most the file's trained context); `kv_cells`: all sequences' cells together (see `LlamaRuntime`);
+    `threads`: CPU threads (default: the free physical cores, `engine.cpus`); `weight_type`: "auto" (a file
+    with no fast kernels here is converted once), "file" (its own weights), or a type ("q8_0", "q4_0",
+    "f16", "bf16"); `seed`: of the sampler when `temperature` > 0.
     """
 
     provider = "llama.cpp"
     model_id = property(lambda self: self.runtime.path.name)
 
     def __init__(self, path: str | os.PathLike, context_window: int | None = None, threads: int | None = None,
-                 reuse_cache: bool = True, kept_prefixes: int = KEPT_PREFIXES, kv_cells: int | None = None,
-                 seed: int = 0, max_batch: int | None = None, **generation_defaults):
+                 reuse_cache: bool = True, kept_prefixes: int | None = None, kv_cells: int | None = None,
+                 seed: int = 0, max_batch: int | None = None, weight_type: str = "auto", **generation_defaults):
         import numpy as np
 
-        self.runtime = LlamaRuntime(path, context_window, max(1, kept_prefixes) if reuse_cache else 1, threads,
-                                    kv_cells)
+        max_batch = MAX_BATCH if max_batch is None else max_batch
+        if not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"max_batch must be a positive whole number, not {max_batch!r}")
+        sequences = max(kept_prefixes or 0, max_batch) if reuse_cache else max_batch
+        self.runtime = LlamaRuntime(path, context_window, sequences, threads, kv_cells, weight_type)
         template = self.runtime.chat_template()
         if not template:
             raise ValueError(f"{Path(path).name} has no chat template in its metadata: use a chat (instruct) model")
@@ -82,13 +92,14 @@ class LlamaCppModel(LocalChatModel):
         self.control_tokens = tuple(sorted(set(control.values()) - {""}))
         ends = set(self.runtime.end_tokens()) | {t for t, text in control.items() if text in END_OF_TURN_TOKENS}
         self.end_token_ids = sorted(ends)
+        self._end_ids = frozenset(ends)
         self.context_window = self.runtime.context_window
         self.generation_defaults = {**DEFAULT_GENERATION, **generation_defaults}
         self._reuse = reuse_cache
-        self._pool = SequencePool(self.runtime.sequences, self.runtime.remove, self.runtime.copy)
+        self._pool = SequencePool(self.runtime.sequences, self.runtime.remove, self.runtime.copy, COPY_MIN)
+        self._batcher = LlamaBatcher(self.runtime, self._pool, max_batch)
         self._vocab = Vocabulary.of(self.runtime)
-        self._rng = np.random.default_rng(seed)
-        self._lock = threading.Lock()
+        self._rng = np.random.default_rng(seed)  # drawn from by the batcher's one thread only
 
     # --- prompts --------------------------------------------------------------------------
 
@@ -123,67 +134,32 @@ class LlamaCppModel(LocalChatModel):
         options = self._options(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                                 repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
                                 max_line_tokens=max_line_tokens)
-        with self._lock:
-            ids = self.encode_prompt(self.render_prompt(messages, tools))
-            room = self.context_window - len(ids)
-            if room < 1:
-                raise ValueError(f"the prompt has {len(ids)} tokens, more than the context window of "
-                                 f"{self.context_window} allows")
-            budget = min(options["max_new_tokens"], room)
-            step, repetition = self._reply_rules(options, constraint, stop, budget)
-            chooser = ReplyChooser(ids, list(logits_processor or []), step, repetition, options["temperature"],
-                                   options["top_p"], self._rng)
-            holdback = StopHoldback(on_text, stop) if on_text else None
-            started = time.perf_counter()
-            new, text, reused = self._run(ids, chooser, budget, stop, holdback, cancel)
-            seconds = time.perf_counter() - started
-        whole, text = text, trim_at_stop(text, stop)
+        ids = self.encode_prompt(self.render_prompt(messages, tools))
+        room = self.context_window - len(ids)
+        if room < 1:
+            raise ValueError(f"the prompt has {len(ids)} tokens, more than the context window of "
+                             f"{self.context_window} allows")
+        budget = min(options["max_new_tokens"], room)
+        step, repetition = self._reply_rules(options, constraint, stop, budget)
+        chooser = ReplyChooser(ids, list(logits_processor or []), step, repetition, options["temperature"],
+                               options["top_p"], self._rng)
+        holdback = StopHoldback(on_text, stop) if on_text else None
+        started = time.perf_counter()
+        request = self._batcher.run(Request(ids, chooser, budget, stop, self._end_ids, self.runtime.piece, holdback,
+                                            cancel, self._reuse))
+        seconds = time.perf_counter() - started
+        new, whole = request.new, request.text
+        text = trim_at_stop(whole, stop)
         if holdback:
             holdback.finish(text)
-        capped = len(new) >= budget and text == whole and not (new and new[-1] in self.end_token_ids)
+        capped = len(new) >= budget and text == whole and not (new and new[-1] in self._end_ids)
         return Reply(text, prompt_tokens=len(ids), completion_tokens=len(new), seconds=seconds,
-                     cached_tokens=reused, finish_reason="length" if capped else "stop")
-
-    def _run(self, ids: list[int], chooser: ReplyChooser, budget: int, stop: list[str],
-             holdback: StopHoldback | None, cancel: threading.Event | None) -> tuple[list[int], str, int]:
-        """Feed the prompt after what the kept cache holds of it, then decode; (new ids, their text, reused).
-
-        Any failure drops the sequence, so a bad call never poisons the next."""
-        if not self._reuse:
-            self._pool.clear()
-        seq, reused = self._pool.take(ids, self._reuse, leave=2)  # the prompt's last row from a batch, as a full
-        # prefill computes it (llama.cpp's one-token kernels round differently: `llama_runtime.chunks`)
-        pool, runtime = self._pool, self.runtime
-        new: list[int] = []
-        reply = PieceText(runtime.piece)
-        try:
-            logits = runtime.feed(seq, ids[reused:], reused, lambda: pool.evict(seq), cancel)
-            if logits is None:  # cancelled between prompt chunks: what was fed is not kept
-                pool.drop(seq)
-                return new, "", reused
-            pool.extend(seq, ids[reused:])
-            while logits is not None:
-                token = chooser.choose(new, logits)
-                new.append(token)
-                if token in self.end_token_ids:
-                    break
-                text = reply.add(token)
-                if holdback:
-                    holdback.update(text)
-                if (stop and stop_index(text, stop) is not None) or len(new) >= budget or (cancel and cancel.is_set()):
-                    break
-                logits = runtime.feed(seq, [token], len(ids) + len(new) - 1, lambda: pool.evict(seq))
-                pool.extend(seq, [token])
-        except BaseException:
-            pool.drop(seq)
-            raise
-        return new, reply.final(), reused
+                     cached_tokens=request.reused, finish_reason="length" if capped else "stop")
 
     @property
     def reuse_cache(self) -> bool:
         return self._reuse
 
     def reset_cache(self) -> None:
-        """Forget the kept conversations (frees their cells)."""
-        with self._lock:
-            self._pool.clear()
+        """Forget the kept conversations (frees their cells; those of calls in flight when they end)."""
+        self._batcher.clear()
