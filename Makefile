@@ -9,7 +9,7 @@ TORCH ?= torch==2.13.0
 LLAMACPP ?= 1
 STAMP := $(VENV)/.tinyagent-installed
 
-.PHONY: install demo web test test-browser bench eval clean
+.PHONY: install demo web lint test test-browser bench eval clean
 
 install: $(STAMP)
 
@@ -34,7 +34,12 @@ demo: $(STAMP)
 web: $(STAMP)
 	$(PY) run_demo.py --web
 
-test: $(STAMP)
+# ruff, configured in pyproject.toml: the lint rules, then the layout (`ruff format .` applies it)
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+test: lint
 	$(PY) -m pytest -q
 
 # the chat page in headless chromium: a system package (Debian: apt-get install chromium)

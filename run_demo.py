@@ -13,6 +13,7 @@ second question of each pair ("his first album") needs the first turn's history;
 the chat page of `tinyagent web` instead, to ask your own questions. Without
 SERPER_API_KEY the offline local_search tool stands in for Google, so the demo always completes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,8 +22,7 @@ import sys
 from pathlib import Path
 
 from tinyagent.cli import commands as cli
-from tinyagent.cli import options
-from tinyagent.cli import report
+from tinyagent.cli import options, report
 from tinyagent.config import build_agent, build_tools, close_tools
 from tinyagent.models.embedded import NOTICE as EMBEDDED_NOTICE
 from tinyagent.traces import TraceWriter
@@ -35,8 +35,9 @@ CONVERSATIONS = [
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="The TinyAgent demo: two multi-turn conversations, "
-                                     "English and Chinese.")
+    parser = argparse.ArgumentParser(
+        description="The TinyAgent demo: two multi-turn conversations, English and Chinese."
+    )
     options.add_model_options(parser)
     parser.add_argument("--no-stream", action="store_true", help="print each step when it ends")
     parser.add_argument("--trace", metavar="FILE", help="append one JSON line per step to FILE")
@@ -68,9 +69,12 @@ def run(args: argparse.Namespace, model=None) -> int:
     steps = [s for r in results for s in r.steps]
     tokens = sum((r.prompt_tokens or 0) + (r.completion_tokens or 0) for r in results)
     formatted = sum(r.stop_reason == "final_answer" for r in results)
-    print(f"=== Done: {len(results)} questions, {formatted} answered with a Final Answer line; {len(steps)} "
-          f"steps ({sum(s.action is not None for s in steps)} tool calls), {tokens} tokens, "
-          f"{sum(r.seconds for r in results):.1f} s ===", flush=True)
+    print(
+        f"=== Done: {len(results)} questions, {formatted} answered with a Final Answer line; {len(steps)} "
+        f"steps ({sum(s.action is not None for s in steps)} tool calls), {tokens} tokens, "
+        f"{sum(r.seconds for r in results):.1f} s ===",
+        flush=True,
+    )
     if cfg.model.backend == "embedded":
         print(f"({EMBEDDED_NOTICE})", flush=True)
     return 0

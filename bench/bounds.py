@@ -3,6 +3,7 @@ full of `<think>` fragments (docs/measurements.md, "Bounds"). Run it at two comm
 
     python bench/bounds.py [--fragments 600 1200]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,8 +14,12 @@ from tinyagent.format.prompts import STOP_WORDS
 from tinyagent.text import StopHoldback
 from tinyagent.tools.calculator import CalculatorError, evaluate
 
-EXPRESSIONS = ["round(1, -4*10**6)", "pow(2**4000, 2**4000, 3**2500)", "pow(2**1024-1, 2**1024-1, 2**1024-3)",
-               "round(2**4095, -1300)"]
+EXPRESSIONS = [
+    "round(1, -4*10**6)",
+    "pow(2**4000, 2**4000, 3**2500)",
+    "pow(2**1024-1, 2**1024-1, 2**1024-3)",
+    "round(2**4095, -1300)",
+]
 
 
 def calculator() -> None:

@@ -7,6 +7,7 @@ Greedy, 64 new tokens (end tokens banned) after the same short prompt; then a pr
 (1,000) tokens of the benchmark's kind with one token generated, its time all prefill. The dtypes
 interleaved so a busy machine slows both alike. CPU time is the steadier figure on a shared machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,10 +57,13 @@ def main() -> None:
             prefill_cpu = time.process_time()
             long = model.generate(long_prompt, max_new_tokens=1)
             prefill_cpu = time.process_time() - prefill_cpu
-            print(f"{dtype:9} run {repeat}: {1000 * out.seconds / out.completion_tokens:6.1f} ms/token wall, "
-                  f"{1000 * cpu / out.completion_tokens:6.1f} ms/token CPU; prefill {long.prompt_tokens} tokens at "
-                  f"{long.prompt_tokens / long.seconds:5.0f} tokens/s wall, {long.prompt_tokens / prefill_cpu:5.0f} "
-                  "tokens/CPU-s", flush=True)
+            print(
+                f"{dtype:9} run {repeat}: {1000 * out.seconds / out.completion_tokens:6.1f} ms/token wall, "
+                f"{1000 * cpu / out.completion_tokens:6.1f} ms/token CPU; prefill {long.prompt_tokens} tokens at "
+                f"{long.prompt_tokens / long.seconds:5.0f} tokens/s wall, {long.prompt_tokens / prefill_cpu:5.0f} "
+                "tokens/CPU-s",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

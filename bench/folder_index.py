@@ -8,6 +8,7 @@ The folder is written by bench/passages.py (the shipped corpus's paragraphs and 
 file) and the index goes to a temporary TINYAGENT_CACHE; each start is a fresh LocalSearch, as a new process's
 would be (`--process` runs each start as its own process, imports included).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,10 +29,12 @@ QUERIES = ["When was the Eiffel Tower completed?", "周杰伦哪年出生", "spe
 
 def start(folder: Path, in_process: bool) -> tuple[float, dict]:
     """Seconds for LocalSearch(folder) to be ready, and what its sync did."""
-    code = ("import json, sys, time; t = time.perf_counter(); from tinyagent.tools import LocalSearch; "
-            "s = LocalSearch(sys.argv[1]); c = s.index.changes; "
-            "print(json.dumps({'s': time.perf_counter() - t, 'read': len(c.read), 'added': len(c.added), "
-            "'edited': len(c.edited), 'removed': len(c.removed), 'passages': s.index.count()}))")
+    code = (
+        "import json, sys, time; t = time.perf_counter(); from tinyagent.tools import LocalSearch; "
+        "s = LocalSearch(sys.argv[1]); c = s.index.changes; "
+        "print(json.dumps({'s': time.perf_counter() - t, 'read': len(c.read), 'added': len(c.added), "
+        "'edited': len(c.edited), 'removed': len(c.removed), 'passages': s.index.count()}))"
+    )
     if in_process:
         from tinyagent.tools import LocalSearch
 
@@ -39,10 +42,20 @@ def start(folder: Path, in_process: bool) -> tuple[float, dict]:
         search = LocalSearch(folder)
         seconds = time.perf_counter() - started
         c = search.index.changes
-        return seconds, {"read": len(c.read), "added": len(c.added), "edited": len(c.edited),
-                         "removed": len(c.removed), "passages": search.index.count()}
-    out = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+        return seconds, {
+            "read": len(c.read),
+            "added": len(c.added),
+            "edited": len(c.edited),
+            "removed": len(c.removed),
+            "passages": search.index.count(),
+        }
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(folder)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    ).stdout
     report = json.loads(out)
     return report.pop("s"), report
 
@@ -62,8 +75,9 @@ def main() -> None:
     first, rows["first"] = start(folder, not args.process)
     second, rows["second"] = start(folder, not args.process)
     edited = folder / "part000" / "file00003.md"
-    edited.write_text(edited.read_text(encoding="utf-8") + "\n## Added note\n\nThe grommet wizard arrives.\n",
-                      encoding="utf-8")
+    edited.write_text(
+        edited.read_text(encoding="utf-8") + "\n## Added note\n\nThe grommet wizard arrives.\n", encoding="utf-8"
+    )
     (folder / "part000" / "file00004.md").unlink()
     (folder / "part000" / "new.md").write_text("# New\n\nA new file about walruses.\n", encoding="utf-8")
     third, rows["after_changes"] = start(folder, not args.process)

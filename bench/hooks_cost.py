@@ -6,6 +6,7 @@ ever adds), and each mode's ratio to no hooks.
 
     .venv/bin/python bench/hooks_cost.py [--runs 2000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,9 +38,13 @@ def modes() -> dict:
     exporter = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracing = Tracing(provider)
-    return {"no hooks": {}, "a no-op hook": {"hooks": [Hooks()]},
-            "approve (run)": {"approve": lambda request: Verdict.run()},
-            "tracing (SDK, in memory)": {"hooks": [tracing]}, "_exporter": exporter}
+    return {
+        "no hooks": {},
+        "a no-op hook": {"hooks": [Hooks()]},
+        "approve (run)": {"approve": lambda request: Verdict.run()},
+        "tracing (SDK, in memory)": {"hooks": [tracing]},
+        "_exporter": exporter,
+    }
 
 
 def main() -> None:
@@ -51,8 +56,10 @@ def main() -> None:
     exporter = settings.pop("_exporter")
     model, tool = Scripted(), Calculator()
     # tool_timeout=None: the calculator runs in this thread, so a worker thread's start is not in the figure
-    agents = {name: Agent(model, [tool], ReAct(working_first=False), tool_timeout=None, **kwargs)
-              for name, kwargs in settings.items()}
+    agents = {
+        name: Agent(model, [tool], ReAct(working_first=False), tool_timeout=None, **kwargs)
+        for name, kwargs in settings.items()
+    }
     per_run: dict[str, list[float]] = {name: [] for name in agents}
     for _ in range(args.rounds):
         for name, agent in agents.items():

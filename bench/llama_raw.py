@@ -13,6 +13,7 @@ once with llama.cpp's `llama_model_quantize` (`allow_requantize`) into --workdir
     python bench/llama_raw.py --model $(../shared/tools/real-model) --types file,q8_0,q4_0
     python bench/llama_raw.py --types q8_0 --threads 1 --model-too --repeats 5  # raw beside LlamaCppModel
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this repository's tinyagent, installed or not
 
 FTYPES = {"q8_0": 7, "q4_0": 2, "f16": 1, "bf16": 32, "iq4_nl": 25, "q4_1": 3, "q5_0": 8}
-TEXT = ("The speed of light in vacuum is 299,792,458 metres per second. A calculator adds 12 and 30 to get 42, "
-        "and 周杰伦 was born in 1979 in Taipei. Thought: I should check the arithmetic step by step. ")
+TEXT = (
+    "The speed of light in vacuum is 299,792,458 metres per second. A calculator adds 12 and 30 to get 42, "
+    "and 周杰伦 was born in 1979 in Taipei. Thought: I should check the arithmetic step by step. "
+)
 
 
 def library():
@@ -56,7 +59,7 @@ def quantize(lib, source: Path, target: Path, ftype: str, threads: int) -> float
 def tokens_of(lib, vocab, n: int, offset: int = 0) -> list[int]:
     """`n` tokens of TEXT repeated, starting `offset` sentences in (so sequences hold different texts)."""
     sentences = TEXT.split(". ")
-    text = ". ".join(sentences[offset % len(sentences):] + sentences[:offset % len(sentences)]) + f" {offset}. "
+    text = ". ".join(sentences[offset % len(sentences) :] + sentences[: offset % len(sentences)]) + f" {offset}. "
     data = (text * (4 * n // len(text) + 2)).encode()
     buffer = (lib.llama_token * len(data))()
     count = lib.llama_tokenize(vocab, data, len(data), buffer, len(data), False, True)
@@ -100,7 +103,7 @@ class Raw:
     def feed(self, tokens: list[int], seq: int, start: int = 0) -> float:
         seconds = 0.0
         for at in range(0, len(tokens), self.batch_size):
-            chunk = tokens[at:at + self.batch_size]
+            chunk = tokens[at : at + self.batch_size]
             seconds += self.decode([(t, start + at + i, seq, at + i == len(tokens) - 1) for i, t in enumerate(chunk)])
         return seconds
 
@@ -121,8 +124,9 @@ class Measured:
     `context` tokens, sequence 0 is the prompt's), then each round measures the prompt, one sequence's steps,
     and all sequences' steps together, for one thread count."""
 
-    def __init__(self, lib, path: Path, prompt_tokens: int, context: int, steps: int, sequences: int, flash: bool,
-                 unified: bool):
+    def __init__(
+        self, lib, path: Path, prompt_tokens: int, context: int, steps: int, sequences: int, flash: bool, unified: bool
+    ):
         self.raw = Raw(lib, path, max(prompt_tokens, context) + steps + 16, sequences + 1, flash, unified)
         self.prompt = tokens_of(lib, self.raw.vocab, prompt_tokens)
         self.contexts = [tokens_of(lib, self.raw.vocab, context, offset=s) for s in range(sequences)]
@@ -154,8 +158,10 @@ class Measured:
 def measure(lib, configs: list[tuple[str, Path, bool, bool]], threads: list[int], args) -> list[dict]:
     """Every (weights, file, flash, unified) configuration at every thread count, round by round in turn (so
     the machine's load hits all alike); medians over the rounds."""
-    made = {key: Measured(lib, path, args.prompt_tokens, args.context, args.steps, args.sequences, flash, unified)
-            for key, path, flash, unified in configs}
+    made = {
+        key: Measured(lib, path, args.prompt_tokens, args.context, args.steps, args.sequences, flash, unified)
+        for key, path, flash, unified in configs
+    }
     rates: dict = {(key, t): [] for key in made for t in threads}
     for _ in range(args.repeats):
         for key, m in made.items():
@@ -165,11 +171,18 @@ def measure(lib, configs: list[tuple[str, Path, bool, bool]], threads: list[int]
     rows = []
     for (key, t), values in rates.items():
         raw = made[key].raw
-        rows.append({"weights": key[0], "flash_attn": key[1], "unified_kv": key[2], "threads": t,
-                     "prompt_tok_s": round(statistics.median(v[0] for v in values), 1),
-                     "decode_tok_s": round(statistics.median(v[1] for v in values), 1),
-                     "parallel_tok_s": round(statistics.median(v[2] for v in values), 1),
-                     "weight_mb": round(lib.llama_model_size(raw.model) / 1e6, 1)})
+        rows.append(
+            {
+                "weights": key[0],
+                "flash_attn": key[1],
+                "unified_kv": key[2],
+                "threads": t,
+                "prompt_tok_s": round(statistics.median(v[0] for v in values), 1),
+                "decode_tok_s": round(statistics.median(v[1] for v in values), 1),
+                "parallel_tok_s": round(statistics.median(v[2] for v in values), 1),
+                "weight_mb": round(lib.llama_model_size(raw.model) / 1e6, 1),
+            }
+        )
     for m in made.values():
         m.raw.close()
     return rows
@@ -179,9 +192,10 @@ def overhead(lib, path: Path, threads: int, args) -> dict:
     """Raw llama.cpp and LlamaCppModel on the same file, threads and prompt (the model's chat prompt, fed raw as
     token ids), round by round in turn: prompt tokens/s and decode tokens/s of each, and the model's overhead.
     Both count a step as the pass and the choice of the next token."""
+    from replay import ForceTokens  # next to this file
+
     from tinyagent.engine.llama_runtime import FLASH_ATTENTION
     from tinyagent.models.llamacpp import LlamaCppModel
-    from replay import ForceTokens  # next to this file
 
     model = LlamaCppModel(path, threads=threads, reuse_cache=False, weight_type="file", max_batch=1)
     words = (TEXT * (args.prompt_tokens // 8)).split(" ")
@@ -194,6 +208,7 @@ def overhead(lib, path: Path, threads: int, args) -> dict:
     measured = Measured(lib, path, args.prompt_tokens, 8, args.steps, 1, FLASH_ATTENTION, False)  # as TinyAgent runs it
     measured.prompt = model.encode_prompt(model.render_prompt(messages))
     measured.raw.threads(threads)
+
     class Clock:
         """A logits processor noting when each token's logits reach TinyAgent's chooser."""
 
@@ -210,22 +225,31 @@ def overhead(lib, path: Path, threads: int, args) -> dict:
         prompt_rate, decode_rate, _ = measured.round(threads)
         raw.append((prompt_rate, decode_rate))
         clock, started = Clock(), time.perf_counter()
-        done = model.generate(messages, max_new_tokens=args.steps + 1,
-                              logits_processor=[clock, ForceTokens([], model.end_token_ids, run_on=True)])
+        done = model.generate(
+            messages,
+            max_new_tokens=args.steps + 1,
+            logits_processor=[clock, ForceTokens([], model.end_token_ids, run_on=True)],
+        )
         # the prompt: from the call to its first logits (rendering and tokenizing included); a step: from one
         # token's logits to the next's (the pass, the chooser, the stop check, the batcher's bookkeeping)
-        mine.append((done.prompt_tokens / (clock.times[0] - started),
-                     (len(clock.times) - 1) / (clock.times[-1] - clock.times[0])))
+        mine.append(
+            (
+                done.prompt_tokens / (clock.times[0] - started),
+                (len(clock.times) - 1) / (clock.times[-1] - clock.times[0]),
+            )
+        )
         print(f"  raw {raw[-1]}  LlamaCppModel {mine[-1]}", file=sys.stderr)
     measured.raw.close()
-    row = {"prompt_tokens": len(measured.prompt),
-           "raw_prompt_tok_s": round(statistics.median(r[0] for r in raw), 1),
-           "raw_decode_tok_s": round(statistics.median(r[1] for r in raw), 1),
-           "model_prompt_tok_s": round(statistics.median(m[0] for m in mine), 1),
-           "model_decode_tok_s": round(statistics.median(m[1] for m in mine), 1),
-           # per round, raw rate / model rate - 1: the model's extra time per token (rounds share the load)
-           "prompt_overhead": round(statistics.median(r[0] / m[0] - 1 for r, m in zip(raw, mine)), 3),
-           "decode_overhead": round(statistics.median(r[1] / m[1] - 1 for r, m in zip(raw, mine)), 3)}
+    row = {
+        "prompt_tokens": len(measured.prompt),
+        "raw_prompt_tok_s": round(statistics.median(r[0] for r in raw), 1),
+        "raw_decode_tok_s": round(statistics.median(r[1] for r in raw), 1),
+        "model_prompt_tok_s": round(statistics.median(m[0] for m in mine), 1),
+        "model_decode_tok_s": round(statistics.median(m[1] for m in mine), 1),
+        # per round, raw rate / model rate - 1: the model's extra time per token (rounds share the load)
+        "prompt_overhead": round(statistics.median(r[0] / m[0] - 1 for r, m in zip(raw, mine)), 3),
+        "decode_overhead": round(statistics.median(r[1] / m[1] - 1 for r, m in zip(raw, mine)), 3),
+    }
     return row
 
 
@@ -239,8 +263,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sequences", type=int, default=8)
     parser.add_argument("--context", type=int, default=480, help="tokens each of the sequences holds before stepping")
     parser.add_argument("--flash", default="0", help="flash attention: 0, 1 or 0,1 (TinyAgent runs 0)")
-    parser.add_argument("--unified", default="0", help="one KV cache for all sequences: 1, 0 (a stream each, as "
-                        "TinyAgent runs it), 1,0")
+    parser.add_argument(
+        "--unified", default="0", help="one KV cache for all sequences: 1, 0 (a stream each, as TinyAgent runs it), 1,0"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workdir", type=Path, help="keep converted files here (default: a temporary folder)")
     parser.add_argument("--model-too", action="store_true", help="also LlamaCppModel on the same file and settings")
@@ -261,35 +286,57 @@ def main(argv: list[str] | None = None) -> None:
             if kind != "file":
                 path = workdir / f"{args.model.stem}.{kind}.gguf"
                 if not path.is_file():
-                    print(f"converting to {kind}: {quantize(lib, args.model, path, kind, os.cpu_count() or 1):.1f} s",
-                          file=sys.stderr)
+                    print(
+                        f"converting to {kind}: {quantize(lib, args.model, path, kind, os.cpu_count() or 1):.1f} s",
+                        file=sys.stderr,
+                    )
             for flash in (int(f) for f in args.flash.split(",")):
                 for unified in (int(u) for u in args.unified.split(",")):
                     configs.append(((kind, bool(flash), bool(unified)), path, bool(flash), bool(unified)))
         load = os.getloadavg()[0]
         if args.model_too:
-            rows = [{"weights": key[0], "threads": t, **overhead(lib, path, t, args)}
-                    for key, path, _, _ in configs for t in threads]
+            rows = [
+                {"weights": key[0], "threads": t, **overhead(lib, path, t, args)}
+                for key, path, _, _ in configs
+                for t in threads
+            ]
             for r in rows:
                 r["load_1m"] = [round(load, 2), round(os.getloadavg()[0], 2)]
                 print(json.dumps(r))
             if args.json:
-                args.json.write_text(json.dumps({"command": " ".join(["python", "bench/llama_raw.py",
-                                                                      *(argv or sys.argv[1:])]), "rows": rows}))
+                args.json.write_text(
+                    json.dumps(
+                        {"command": " ".join(["python", "bench/llama_raw.py", *(argv or sys.argv[1:])]), "rows": rows}
+                    )
+                )
             return
         rows = measure(lib, configs, threads, args)
         for row in rows:
             row["load_1m"] = [round(load, 2), round(os.getloadavg()[0], 2)]
-    head = (f"{'weights':8} {'flash':>5} {'unified':>7} {'threads':>7} {'MB':>7} {'prompt tok/s':>12} "
-            f"{'decode tok/s':>12} {args.sequences} seqs tok/s")
-    print(f"{args.model.name}: a {args.prompt_tokens}-token prompt, {args.steps} steps; {args.sequences} sequences of "
-          f"{args.context} tokens each stepped together; median of {args.repeats} rounds\n{head}")
+    head = (
+        f"{'weights':8} {'flash':>5} {'unified':>7} {'threads':>7} {'MB':>7} {'prompt tok/s':>12} "
+        f"{'decode tok/s':>12} {args.sequences} seqs tok/s"
+    )
+    print(
+        f"{args.model.name}: a {args.prompt_tokens}-token prompt, {args.steps} steps; {args.sequences} sequences of "
+        f"{args.context} tokens each stepped together; median of {args.repeats} rounds\n{head}"
+    )
     for r in rows:
-        print(f"{r['weights']:8} {r['flash_attn']:5d} {r['unified_kv']:7d} {r['threads']:7} {r['weight_mb']:7} "
-              f"{r['prompt_tok_s']:12} {r['decode_tok_s']:12} {r['parallel_tok_s']:>12}")
+        print(
+            f"{r['weights']:8} {r['flash_attn']:5d} {r['unified_kv']:7d} {r['threads']:7} {r['weight_mb']:7} "
+            f"{r['prompt_tok_s']:12} {r['decode_tok_s']:12} {r['parallel_tok_s']:>12}"
+        )
     if args.json:
-        args.json.write_text(json.dumps({"command": " ".join(["python", "bench/llama_raw.py", *(argv or sys.argv[1:])]),
-                                         "model": str(args.model), "rows": rows}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "command": " ".join(["python", "bench/llama_raw.py", *(argv or sys.argv[1:])]),
+                    "model": str(args.model),
+                    "rows": rows,
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

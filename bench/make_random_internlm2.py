@@ -6,6 +6,7 @@ For measuring speed with the real shapes when the real weights cannot be downloa
 `python bench/make_random_internlm2.py OUT --shape 1_8b` (internlm2-chat-1_8b's shapes, bf16, 3.8 GB).
 The tokenizer is trained here on the benchmark's own texts, so token counts are only near the real ones.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,10 +19,22 @@ from recorded import EPISODES, load_episodes, tokenizer_texts
 
 # internlm/internlm2-chat-1_8b's config.json shapes; "tiny" keeps the layout and vocabulary for CPU checks.
 SHAPES = {
-    "1_8b": {"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 8,
-             "intermediate_size": 8192, "vocab_size": 92544},
-    "tiny": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-             "intermediate_size": 128, "vocab_size": 92544},
+    "1_8b": {
+        "hidden_size": 2048,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "intermediate_size": 8192,
+        "vocab_size": 92544,
+    },
+    "tiny": {
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128,
+        "vocab_size": 92544,
+    },
 }
 # InternLM2's special tokens, which the real tokenizer.model holds as placeholder pieces [UNUSED_TOKEN_141..146].
 SPECIALS = ["<|plugin|>", "<|interpreter|>", "<|action_end|>", "<|action_start|>", "<|im_end|>", "<|im_start|>"]
@@ -38,9 +51,21 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, trained_pieces: int =
     buffer = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter([line for text in texts for line in text.splitlines() if line.strip()]),
-        model_writer=buffer, vocab_size=trained_pieces, hard_vocab_limit=False, model_type="bpe", byte_fallback=True,
-        character_coverage=1.0, normalization_rule_name="identity", remove_extra_whitespaces=False,
-        split_digits=True, unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)
+        model_writer=buffer,
+        vocab_size=trained_pieces,
+        hard_vocab_limit=False,
+        model_type="bpe",
+        byte_fallback=True,
+        character_coverage=1.0,
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
+        split_digits=True,
+        unk_id=0,
+        bos_id=1,
+        eos_id=2,
+        pad_id=-1,
+        minloglevel=2,
+    )
     proto = pb.ModelProto.FromString(buffer.getvalue())
     if len(proto.pieces) + len(SPECIALS) > vocab_size:
         raise ValueError(f"{len(proto.pieces)} trained pieces do not fit a vocabulary of {vocab_size}")
@@ -58,18 +83,40 @@ def tokenizer_config(first_special: int) -> dict:
     entry = {"lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
     added = {str(i): {"content": c, **entry} for i, c in enumerate(["<unk>", "<s>", "</s>"])}
     added.update({str(first_special + k): {"content": c, **entry} for k, c in enumerate(SPECIALS)})
-    return {"tokenizer_class": "InternLM2Tokenizer", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "</s>",
-            "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False, "added_tokens_decoder": added,
-            "additional_special_tokens": SPECIALS, "clean_up_tokenization_spaces": False}
+    return {
+        "tokenizer_class": "InternLM2Tokenizer",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "pad_token": "</s>",
+        "unk_token": "<unk>",
+        "add_bos_token": True,
+        "add_eos_token": False,
+        "added_tokens_decoder": added,
+        "additional_special_tokens": SPECIALS,
+        "clean_up_tokenization_spaces": False,
+    }
 
 
 def model_config(shape: dict, torch_dtype: str) -> dict:
     """An InternLM2 config.json; rope and limits as internlm2-chat-1_8b's."""
-    return {"architectures": ["InternLM2ForCausalLM"], "model_type": "internlm2", "bias": False,
-            "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2, "hidden_act": "silu",
-            "initializer_range": 0.02, "max_position_embeddings": 32768, "rms_norm_eps": 1e-5,
-            "rope_scaling": {"type": "dynamic", "factor": 2.0}, "rope_theta": 1000000,
-            "tie_word_embeddings": False, "torch_dtype": torch_dtype, "use_cache": True, **shape}
+    return {
+        "architectures": ["InternLM2ForCausalLM"],
+        "model_type": "internlm2",
+        "bias": False,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 2,
+        "hidden_act": "silu",
+        "initializer_range": 0.02,
+        "max_position_embeddings": 32768,
+        "rms_norm_eps": 1e-5,
+        "rope_scaling": {"type": "dynamic", "factor": 2.0},
+        "rope_theta": 1000000,
+        "tie_word_embeddings": False,
+        "torch_dtype": torch_dtype,
+        "use_cache": True,
+        **shape,
+    }
 
 
 def random_tensors(shape: dict, dtype, seed: int):
@@ -98,8 +145,9 @@ def random_tensors(shape: dict, dtype, seed: int):
     yield "output.weight", normal(vocab, hidden)
 
 
-def write_checkpoint(folder: str | Path, shape: str | dict = "1_8b", texts: Iterable[str] = (),
-                     dtype: str = "bfloat16", seed: int = 0) -> Path:
+def write_checkpoint(
+    folder: str | Path, shape: str | dict = "1_8b", texts: Iterable[str] = (), dtype: str = "bfloat16", seed: int = 0
+) -> Path:
     """Write the checkpoint to `folder` (created) and return it; `texts` train the tokenizer."""
     import torch
     from safetensors.torch import save_file
@@ -107,8 +155,9 @@ def write_checkpoint(folder: str | Path, shape: str | dict = "1_8b", texts: Iter
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     shape = SHAPES[shape] if isinstance(shape, str) else shape
-    model = train_tokenizer(list(texts) or ["Thought: Action: Action Input: Observation: Final Answer:"],
-                            shape["vocab_size"])
+    model = train_tokenizer(
+        list(texts) or ["Thought: Action: Action Input: Observation: Final Answer:"], shape["vocab_size"]
+    )
     (folder / "tokenizer.model").write_bytes(model)
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(shape["vocab_size"] - len(SPECIALS))))
     (folder / "config.json").write_text(json.dumps(model_config(shape, dtype)))

@@ -8,6 +8,7 @@ the bench needs `pip install jieba`) and the rest from the corpus's characters. 
 up in the noise, the more the commoner they are, which is what makes ranking matter. No distractor is gold:
 recall counts only the shipped corpus's titles.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -98,7 +99,7 @@ def passages(size: int, seed: int = 38) -> list[tuple[str, str]]:
     out = shipped()
     made = Distractors(seed)
     out += [made.passage(i) for i in range(size - len(out))]
-    return out[:max(size, len(shipped()))]
+    return out[: max(size, len(shipped()))]
 
 
 def write_folder(folder: Path, size: int, per_file: int = 20, seed: int = 38) -> int:
@@ -109,7 +110,8 @@ def write_folder(folder: Path, size: int, per_file: int = 20, seed: int = 38) ->
     for start in range(0, len(items), per_file):
         path = folder / f"part{files // 100:03d}" / f"file{files:05d}.md"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(f"## {title}\n\n{text}\n\n" for title, text in items[start:start + per_file]),
-                        encoding="utf-8")
+        path.write_text(
+            "".join(f"## {title}\n\n{text}\n\n" for title, text in items[start : start + per_file]), encoding="utf-8"
+        )
         files += 1
     return files

@@ -8,6 +8,7 @@ the calculator, one call then the answer, with the model's working first (the de
 Runs on this commit and on the commits before the protocol objects (84d018d), whose Agent took the working
 first as a keyword.
 """
+
 from __future__ import annotations
 
 import sys

@@ -1,6 +1,7 @@
 """The recorded episodes every bench script replays: their file format, the tools each offers, and the
 texts a random checkpoint's tokenizer is trained on, and the protocol they were recorded in. Of bench/, it
 imports only replay.py."""
+
 from __future__ import annotations
 
 import functools
@@ -13,8 +14,8 @@ from replay import RecordedReply
 from tinyagent import ReAct
 from tinyagent.format.prompts import build_system_prompt
 from tinyagent.tools.calculator import Calculator
-from tinyagent.tools.google_search import GoogleSearch, format_results
 from tinyagent.tools.corpus import DEFAULT_CORPUS, load_corpus
+from tinyagent.tools.google_search import GoogleSearch, format_results
 from tinyagent.tools.local_search import LocalSearch
 from tinyagent.tools.tool import ToolError
 

@@ -6,6 +6,7 @@ KV-cache reuse, stop strings and the generation loop are the model's own code; e
 the forward pass that would have chosen it, whatever the weights are. The benchmark
 bench/episode_cost.py uses this to compare agent strategies and runtimes on any weights, even random.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,9 +14,9 @@ import time
 from collections.abc import Iterable
 
 from tinyagent.format.messages import Message
-from tinyagent.models.model import BaseModel, Reply
 from tinyagent.models.llamacpp import LlamaCppModel
 from tinyagent.models.local import LocalChatModel
+from tinyagent.models.model import BaseModel, Reply
 
 
 @dataclasses.dataclass
@@ -45,14 +46,14 @@ class ReplayCounts:
 
     calls: int = 0
     forward_passes: int = 0
-    prefilled: int = 0        # prompt tokens fed (not taken from the kept KV cache)
-    fed: int = 0              # generated tokens fed back, one forward pass each
-    decoded: int = 0          # tokens generated (the last of a call is never fed)
-    discarded: int = 0        # generated tokens after the reply's own, cut away afterwards
-    reply_tokens: int = 0     # tokens of the replies' own text (what enters the transcript)
-    reused: int = 0           # prompt tokens taken from the kept KV cache
-    decode_passes: int = 0    # forward passes of one token
-    seconds: float = 0.0      # inside the model's generate
+    prefilled: int = 0  # prompt tokens fed (not taken from the kept KV cache)
+    fed: int = 0  # generated tokens fed back, one forward pass each
+    decoded: int = 0  # tokens generated (the last of a call is never fed)
+    discarded: int = 0  # generated tokens after the reply's own, cut away afterwards
+    reply_tokens: int = 0  # tokens of the replies' own text (what enters the transcript)
+    reused: int = 0  # prompt tokens taken from the kept KV cache
+    decode_passes: int = 0  # forward passes of one token
+    seconds: float = 0.0  # inside the model's generate
     decode_seconds: float = 0.0  # of that, the one-token forward passes
     overhead_seconds: float = 0.0  # tokenizing the recorded text (replay bookkeeping, not agent work)
 
@@ -85,8 +86,11 @@ class ForceTokens:
             scores[..., self.end_ids] = -float("inf")
             return scores
         keep = self.ids[step] if step < len(self.ids) else self.end_ids[0]
-        forced = (scores.new_full(scores.shape, -float("inf")) if hasattr(scores, "new_full")
-                  else np.full_like(scores, -np.inf))
+        forced = (
+            scores.new_full(scores.shape, -float("inf"))
+            if hasattr(scores, "new_full")
+            else np.full_like(scores, -np.inf)
+        )
         forced[..., keep] = 0.0
         return forced
 
@@ -114,8 +118,10 @@ class PassCounter:
         self._handles: list = []
 
     def __enter__(self) -> PassCounter:
-        self._handles = [self.module.register_forward_pre_hook(self._before, with_kwargs=True),
-                         self.module.register_forward_hook(self._after, with_kwargs=True)]
+        self._handles = [
+            self.module.register_forward_pre_hook(self._before, with_kwargs=True),
+            self.module.register_forward_hook(self._after, with_kwargs=True),
+        ]
         return self
 
     def __exit__(self, *exc) -> None:
@@ -171,12 +177,17 @@ def reply_ids(model: LocalChatModel, prompt_text: str, prompt_ids: list[int], te
     prompt + text, so token boundaries are the real tokenizer's."""
     full = model.encode_prompt(prompt_text + text)
     if full[: len(prompt_ids)] == prompt_ids:
-        return full[len(prompt_ids):]
+        return full[len(prompt_ids) :]
     return model.encode_text(text)  # boundary merged: encode alone
 
 
-def replay_generate(model: LocalChatModel, messages: list[Message], reply: RecordedReply, stop: list[str] | None = None,
-                    max_new_tokens: int | None = None) -> tuple[Reply, ReplayCounts]:
+def replay_generate(
+    model: LocalChatModel,
+    messages: list[Message],
+    reply: RecordedReply,
+    stop: list[str] | None = None,
+    max_new_tokens: int | None = None,
+) -> tuple[Reply, ReplayCounts]:
     """Run `model.generate(messages, stop)` with the recorded reply forced token by token.
 
     With stop strings the reply's `text` is forced (generation stops where the stop strings stop
@@ -196,10 +207,19 @@ def replay_generate(model: LocalChatModel, messages: list[Message], reply: Recor
     prefilled = completion.prompt_tokens - completion.cached_tokens
     kept = len(own) + (1 if reply.ends_turn else 0)
     counts = ReplayCounts(
-        calls=1, forward_passes=passes.passes, prefilled=prefilled, fed=passes.fed - prefilled,
-        decoded=decoded, discarded=max(0, decoded - kept), reply_tokens=len(own), reused=completion.cached_tokens,
-        decode_passes=passes.single_passes, seconds=completion.seconds, decode_seconds=passes.single_seconds,
-        overhead_seconds=overhead)
+        calls=1,
+        forward_passes=passes.passes,
+        prefilled=prefilled,
+        fed=passes.fed - prefilled,
+        decoded=decoded,
+        discarded=max(0, decoded - kept),
+        reply_tokens=len(own),
+        reused=completion.cached_tokens,
+        decode_passes=passes.single_passes,
+        seconds=completion.seconds,
+        decode_seconds=passes.single_seconds,
+        overhead_seconds=overhead,
+    )
     return completion, counts
 
 
@@ -208,22 +228,29 @@ class ReplayModel(BaseModel):
     exactly as on the model itself. `use_stop=False` is the original TinyAgent loop: the agent's
     stop strings are dropped, so each reply's continuation is generated too and cut afterwards."""
 
-    def __init__(self, model: LocalChatModel, replies: Iterable[RecordedReply] = (), use_stop: bool = True,
-                 max_new_tokens: int | None = None):
+    def __init__(
+        self,
+        model: LocalChatModel,
+        replies: Iterable[RecordedReply] = (),
+        use_stop: bool = True,
+        max_new_tokens: int | None = None,
+    ):
         self.model, self.use_stop, self.max_new_tokens = model, use_stop, max_new_tokens
         self.replies = list(replies)
         self.control_tokens = model.control_tokens
         self.counts = ReplayCounts()
-        self.last_prompt_tokens = 0   # the prompt of the latest call ...
-        self.last_reply_tokens = 0    # ... and the tokens of its reply: together, the transcript
+        self.last_prompt_tokens = 0  # the prompt of the latest call ...
+        self.last_reply_tokens = 0  # ... and the tokens of its reply: together, the transcript
 
-    def generate(self, messages: list[Message], stop: list[str] | None = None, *,
-                 max_new_tokens: int | None = None, **ignored) -> Reply:
+    def generate(
+        self, messages: list[Message], stop: list[str] | None = None, *, max_new_tokens: int | None = None, **ignored
+    ) -> Reply:
         if not self.replies:
             raise RuntimeError("no recorded reply left: the agent asked for more steps than were recorded")
         reply = self.replies.pop(0)
-        completion, counts = replay_generate(self.model, messages, reply, stop if self.use_stop else None,
-                                             self.max_new_tokens or max_new_tokens)
+        completion, counts = replay_generate(
+            self.model, messages, reply, stop if self.use_stop else None, self.max_new_tokens or max_new_tokens
+        )
         self.counts += counts
         self.last_prompt_tokens, self.last_reply_tokens = completion.prompt_tokens, counts.reply_tokens
         return completion

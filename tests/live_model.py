@@ -3,6 +3,7 @@
 
 A LiveModel reply given as chunks stops at each PAUSE until the test releases it, so a test can
 look at the page while a step is half written: proof of live streaming without sleeps."""
+
 import threading
 
 from conftest import ScriptedModel
@@ -13,8 +14,8 @@ from tinyagent.tools.tool import tool
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
 CLASSIC = ReAct(working_first=False, search="tool")
 
-PAUSE = object()   # in a reply given as chunks: wait here until the test calls `model.resume.release()`
-WAIT_S = 30        # how long a scripted model waits for the test before failing the run
+PAUSE = object()  # in a reply given as chunks: wait here until the test calls `model.resume.release()`
+WAIT_S = 30  # how long a scripted model waits for the test before failing the run
 
 
 class LiveModel(ScriptedModel):
@@ -22,8 +23,9 @@ class LiveModel(ScriptedModel):
     waits at each PAUSE until the test releases `resume` once."""
 
     def __init__(self, replies, usage=(50, 5)):
-        super().__init__(["".join(c for c in r if c is not PAUSE) if isinstance(r, list) else r for r in replies],
-                         usage=usage)
+        super().__init__(
+            ["".join(c for c in r if c is not PAUSE) if isinstance(r, list) else r for r in replies], usage=usage
+        )
         self.chunks = [r if isinstance(r, list) else [r] for r in replies]
         self.resume = threading.Semaphore(0)
 

@@ -31,6 +31,7 @@ requests until n are in flight at once, so a test of parallel clients does not d
 
 `models` is the list `GET /v1/models` answers (default: one entry for `model`, without a window).
 """
+
 from __future__ import annotations
 
 import json
@@ -107,8 +108,9 @@ class OpenAIStub:
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
     def start(self) -> OpenAIStub:
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="openai-stub", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="openai-stub", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -242,8 +244,14 @@ def _handler_for(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
             text = stub.reply_for(body)
             calls = None
             if isinstance(text, dict):
-                calls = [{"id": f"call_{i}", "type": "function", "function": {"name": c["name"],
-                          "arguments": c["arguments"]}} for i, c in enumerate(text.get("tool_calls", []))]
+                calls = [
+                    {
+                        "id": f"call_{i}",
+                        "type": "function",
+                        "function": {"name": c["name"], "arguments": c["arguments"]},
+                    }
+                    for i, c in enumerate(text.get("tool_calls", []))
+                ]
                 text = text.get("content") or ""
             if stub.honour_stop:
                 text = _cut(text, body.get("stop"))
@@ -257,11 +265,16 @@ def _handler_for(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
             message = {"role": "assistant", "content": text or (None if calls else "")}
             if calls:
                 message["tool_calls"] = calls
-            self._json(200, {
-                "id": "chatcmpl-stub", "object": "chat.completion", "model": stub.model,
-                "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
-                "usage": usage,
-            })
+            self._json(
+                200,
+                {
+                    "id": "chatcmpl-stub",
+                    "object": "chat.completion",
+                    "model": stub.model,
+                    "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+                    "usage": usage,
+                },
+            )
 
         def _stream(self, text: str, usage: dict, fault: str | None, calls: list | None = None) -> None:
             """Server-sent events in chunked transfer encoding, as uvicorn and vLLM send them."""
@@ -269,21 +282,47 @@ def _handler_for(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            pieces = [text[i:i + stub.chunk_chars] for i in range(0, len(text), stub.chunk_chars)]
+            pieces = [text[i : i + stub.chunk_chars] for i in range(0, len(text), stub.chunk_chars)]
             events = [{"choices": [{"index": 0, "delta": {"role": "assistant"}}]}]
             events += [{"choices": [{"index": 0, "delta": {"content": p}}]} for p in pieces]
             for i, c in enumerate(calls or []):  # the name first, then the arguments in pieces
                 args, n = c["function"]["arguments"], stub.chunk_chars
-                events.append({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": i, "id": c["id"],
-                               "type": "function", "function": {"name": c["function"]["name"], "arguments": ""}}]}}]})
-                events += [{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": i, "function": {
-                    "arguments": args[k:k + n]}}]}}]} for k in range(0, len(args), n)]
+                events.append(
+                    {
+                        "choices": [
+                            {
+                                "index": 0,
+                                "delta": {
+                                    "tool_calls": [
+                                        {
+                                            "index": i,
+                                            "id": c["id"],
+                                            "type": "function",
+                                            "function": {"name": c["function"]["name"], "arguments": ""},
+                                        }
+                                    ]
+                                },
+                            }
+                        ]
+                    }
+                )
+                events += [
+                    {
+                        "choices": [
+                            {
+                                "index": 0,
+                                "delta": {"tool_calls": [{"index": i, "function": {"arguments": args[k : k + n]}}]},
+                            }
+                        ]
+                    }
+                    for k in range(0, len(args), n)
+                ]
             events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
             events.append({"choices": [], "usage": usage})
             lines = [f"data: {json.dumps(e, ensure_ascii=False)}\n\n" for e in events]
             lines += ["data: [DONE]\n\n"] if stub.done_marker else []
             if fault == "endless_stream":  # the role event and the content, then the last piece forever
-                return self._repeat("".join(lines[:1 + len(pieces)]).encode(), lines[len(pieces)].encode())
+                return self._repeat("".join(lines[: 1 + len(pieces)]).encode(), lines[len(pieces)].encode())
             if fault == "idle_stream":
                 return self._repeat(lines[0].encode(), lines[0].encode())
             for i, line in enumerate(lines):

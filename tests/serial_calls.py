@@ -1,4 +1,5 @@
 """A check that a model runs concurrent `generate` calls one at a time (tests of both local backends)."""
+
 from __future__ import annotations
 
 import threading

@@ -1,5 +1,6 @@
 """`tinyagent serve` / `tinyagent mcp-server` started as a user starts them, as real processes, for the tests:
 their stderr read in a thread, so a test can wait for a line (the address, a log line) without sleeping."""
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,9 @@ class Process:
     """A `tinyagent` subcommand in a process; `lines` holds its stderr so far."""
 
     def __init__(self, *args: str, env: dict | None = None, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL):
-        self.proc = subprocess.Popen([TINYAGENT, *args], stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
-                                     text=True, env=env or environment())
+        self.proc = subprocess.Popen(
+            [TINYAGENT, *args], stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, text=True, env=env or environment()
+        )
         self.lines: list[str] = []
         self._done = False
         self._changed = threading.Condition()

@@ -1,6 +1,7 @@
 """Answers in a schema: the final answer read as JSON into a JSON Schema or a pydantic model (result.data), sent
 back once with what is wrong when it does not fit, in English and Chinese; decoded within the schema when the
 model's decoding is constrained (the embedded model)."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,12 @@ from tinyagent.format.templates import shipped
 from tinyagent.tools import Calculator, LocalSearch
 
 CLASSIC = ReAct(working_first=False, search="tool")
-YEAR = {"type": "object", "properties": {"year": {"type": "integer"}, "place": {"type": "string"}},
-        "required": ["year"], "additionalProperties": False}
+YEAR = {
+    "type": "object",
+    "properties": {"year": {"type": "integer"}, "place": {"type": "string"}},
+    "required": ["year"],
+    "additionalProperties": False,
+}
 
 
 class Born(Pydantic):
@@ -30,8 +35,9 @@ def test_an_answer_that_fits_is_data_and_the_question_says_what_to_write():
     result = Agent(model, [Calculator()], CLASSIC).run("When was Jay Chou born?", answer_schema=YEAR)
     assert result.data == {"year": 1979, "place": "Taipei"} and result.answer == '{"year": 1979, "place": "Taipei"}'
     question = model.calls[0]["messages"][-1]["content"]
-    assert question == "When was Jay Chou born?\n\n" + shipped().fill("common.answer_format", "en",
-                                                                       schema=AnswerSchema.of(YEAR).text)
+    assert question == "When was Jay Chou born?\n\n" + shipped().fill(
+        "common.answer_format", "en", schema=AnswerSchema.of(YEAR).text
+    )
     model = ScriptedModel(['Final Answer: Here it is: ```json\n{"year": 1979}\n```'])  # a fenced block is read too
     born = Agent(model, [], CLASSIC).run("When?", answer_schema=Born).data
     assert isinstance(born, Born) and born.year == 1979
@@ -43,8 +49,12 @@ def test_an_answer_that_does_not_fit_is_sent_back_once_with_what_is_wrong(lang, 
     result = Agent(model, [], CLASSIC).run(question, answer_schema=YEAR)
     sent_back, answered = result.steps
     assert sent_back.kind == StepKind.RECHECK and result.data == {"year": 1979} and result.lang == lang
-    expected = shipped().fill("common.answer_schema", lang, schema=AnswerSchema.of(YEAR).text,
-                              error="year: 'nineteen seventy-nine' is not of type 'integer'")
+    expected = shipped().fill(
+        "common.answer_schema",
+        lang,
+        schema=AnswerSchema.of(YEAR).text,
+        error="year: 'nineteen seventy-nine' is not of type 'integer'",
+    )
     assert sent_back.observation == expected
     assert ("不符合" if lang == "zh" else "does not") in sent_back.observation
 

@@ -1,5 +1,6 @@
 """Approving tool calls through the Python callable (tinyagent.agent.approval): run, always, edit
 (arguments that do not fit, then ones that do), refuse, and the per-tool policy."""
+
 from __future__ import annotations
 
 import json
@@ -83,13 +84,13 @@ def test_an_edit_that_does_not_fit_is_asked_again_with_the_problem_then_a_good_o
     result = Agent(model, [write_file], approve=ask, protocol=CLASSIC).run("Write hello to a.txt")
     first, second = ask.requests
     assert first.problem is None and second.problem.startswith("bad Action Input for write_file: missing required")
-    assert second.arguments == {"path": "a.txt", "text": "hello"}   # still the model's, until an edit fits
+    assert second.arguments == {"path": "a.txt", "text": "hello"}  # still the model's, until an edit fits
     assert WRITES == [{"path": "b.txt", "text": "bye"}]
     step = result.steps[0]
     assert step.kind == StepKind.EDITED and step.kind.format_valid and not step.kind.format_error
     assert step.arguments == {"path": "b.txt", "text": "bye"} and step.edited_from == {"path": "a.txt", "text": "hello"}
     assert step.observation == "wrote 3 characters to b.txt"
-    assert "wrote 3 characters to b.txt" in model.calls[1]["messages"][-1]["content"]   # the model reads it
+    assert "wrote 3 characters to b.txt" in model.calls[1]["messages"][-1]["content"]  # the model reads it
 
 
 def test_edits_that_never_fit_end_in_a_refusal_after_edit_rounds():
@@ -110,7 +111,7 @@ def test_refuse_gives_the_model_the_reason_and_the_tool_never_runs():
     assert refused.kind.format_valid and not refused.kind.format_error
     assert refused.observation.startswith("The call to write_file was refused, so it did not run: not in my home")
     assert "Observation: The call to write_file was refused" in model.calls[1]["messages"][-1]["content"]
-    assert again.kind == StepKind.ACTION   # a refused call is not a repeat: it is asked about again
+    assert again.kind == StepKind.ACTION  # a refused call is not a repeat: it is asked about again
     assert len(ask.requests) == 2 and WRITES == [{"path": "/etc/passwd", "text": "hello"}]
 
 
@@ -129,10 +130,13 @@ def test_a_repeat_of_an_approved_call_is_refused_as_a_repeat_without_asking():
 
 def test_the_policy_runs_refuses_or_asks_per_tool():
     ask = Asker(Verdict.run())
-    model = ScriptedModel([call("a.txt"), 'Action: calculator\nAction Input: {"expression": "2+2"}',
-                           "Final Answer: done"])
+    model = ScriptedModel(
+        [call("a.txt"), 'Action: calculator\nAction Input: {"expression": "2+2"}', "Final Answer: done"]
+    )
     policy = {"write_file": "never", "calculator": "ask"}
-    result = Agent(model, [write_file, Calculator()], approve=Approver(ask, policy, default="always"), protocol=CLASSIC).run("Go")
+    result = Agent(
+        model, [write_file, Calculator()], approve=Approver(ask, policy, default="always"), protocol=CLASSIC
+    ).run("Go")
     assert [s.kind for s in result.steps] == [StepKind.REFUSED, StepKind.ACTION, StepKind.FINAL_ANSWER]
     assert result.steps[0].error == "calls to write_file are not allowed here" and WRITES == []
     assert [r.name for r in ask.requests] == ["calculator"] and result.steps[1].observation == "4"
@@ -145,12 +149,18 @@ def test_asking_with_no_one_to_ask_refuses_and_says_so():
     assert result.steps[0].error == "write_file needs approval and no one is here to approve it"
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: Approver(policy={"write_file": "sometimes"}), "approval policy for write_file: 'sometimes' is not one"),
-    (lambda: Approver(default="maybe"), "approval policy for default: 'maybe'"),
-    (lambda: Approver(edit_rounds=0), "edit_rounds must be a whole number of at least 1"),
-    (lambda: Agent(ScriptedModel([]), approve="yes", protocol=CLASSIC), "approve must be a callable"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (
+            lambda: Approver(policy={"write_file": "sometimes"}),
+            "approval policy for write_file: 'sometimes' is not one",
+        ),
+        (lambda: Approver(default="maybe"), "approval policy for default: 'maybe'"),
+        (lambda: Approver(edit_rounds=0), "edit_rounds must be a whole number of at least 1"),
+        (lambda: Agent(ScriptedModel([]), approve="yes", protocol=CLASSIC), "approve must be a callable"),
+    ],
+)
 def test_bad_settings_are_refused_at_once(make, message):
     with pytest.raises((ValueError, TypeError), match=message):
         make()
@@ -160,8 +170,9 @@ def test_an_answer_that_is_not_a_verdict_ends_the_run_as_a_hook_error():
     model = ScriptedModel([call("a.txt"), "Final Answer: never"])
     result = Agent(model, [write_file], approve=lambda request: True, protocol=CLASSIC).run("Go")
     assert result.stop_reason == StopReason.HOOK_ERROR and not result.finished and WRITES == []
-    assert result.error.startswith("the hook Approver.before_tool raised TypeError: an approver must answer with a "
-                                   "Verdict")
+    assert result.error.startswith(
+        "the hook Approver.before_tool raised TypeError: an approver must answer with a Verdict"
+    )
     assert [s.kind for s in result.steps] == [StepKind.HOOK_ERROR]
 
 

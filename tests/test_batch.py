@@ -1,4 +1,5 @@
 """run_many: parallel agent runs against one shared OpenAIChatModel behind a real HTTP stub server."""
+
 from __future__ import annotations
 
 import re
@@ -120,7 +121,9 @@ def test_ctrl_c_stops_the_batch_and_cancels_pending_questions():
 
     questions = ["a", "b", *"cdefghij"]
     with pytest.raises(KeyboardInterrupt):
-        run_many(lambda: Agent(model, tools=[Calculator()], protocol=CLASSIC), questions, concurrency=2, on_done=on_done)
+        run_many(
+            lambda: Agent(model, tools=[Calculator()], protocol=CLASSIC), questions, concurrency=2, on_done=on_done
+        )
     model.release.set()
     workers = [t for t in threading.enumerate() if t.name.startswith("tinyagent_")]
     for worker in workers:
@@ -135,7 +138,9 @@ def test_a_failing_progress_callback_loses_no_results(caplog):
     def on_done(item: BatchItem) -> None:
         raise ValueError("progress bar bug")
 
-    items = run_many(lambda: Agent(_EchoModel(), tools=[], protocol=CLASSIC), ["x", "y"], concurrency=2, on_done=on_done)
+    items = run_many(
+        lambda: Agent(_EchoModel(), tools=[], protocol=CLASSIC), ["x", "y"], concurrency=2, on_done=on_done
+    )
     assert [i.result.answer for i in items] == ["x", "y"] and "progress bar bug" in caplog.text
 
 

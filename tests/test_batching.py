@@ -6,6 +6,7 @@ In float32: a row's logits in a padded batch differ from its logits alone by ~2e
 batched matrix products round differently), far below the gap between the best two tokens. In
 bfloat16 they differ by up to one bfloat16 step, which can flip a near tie (see README).
 """
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 TOOLS = [Calculator()]
 # A short system prompt: after the whole ReAct prompt the tiny random model says the same whatever the question.
 SYSTEM = "Answer with tools."
-QUESTIONS = ["What is 12 times 6?", "How old is the universe?", "计算 3 加 4", "Who wrote Hamlet, and when?",
-             "What is 2 to the power of 10?", "Name a prime number above 100."]
+QUESTIONS = [
+    "What is 12 times 6?",
+    "How old is the universe?",
+    "计算 3 加 4",
+    "Who wrote Hamlet, and when?",
+    "What is 2 to the power of 10?",
+    "Name a prime number above 100.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +119,14 @@ def test_concurrent_agents_give_exactly_their_tokens_alone(alone, batched, const
         pytest.importorskip("outlines_core")
 
     def agent(model):
-        return Agent(model, TOOLS, ReAct(working_first=False, constrained=constrained), max_turns=3, max_new_tokens=24,
-                     prompts={"react.system": SYSTEM})
+        return Agent(
+            model,
+            TOOLS,
+            ReAct(working_first=False, constrained=constrained),
+            max_turns=3,
+            max_new_tokens=24,
+            prompts={"react.system": SYSTEM},
+        )
 
     expected = [steps_of(agent(alone).run(q)) for q in QUESTIONS]
     sizes = PassSizes(batched)
@@ -126,7 +139,7 @@ def test_concurrent_agents_give_exactly_their_tokens_alone(alone, batched, const
 def test_stop_strings_end_each_request_on_its_own(alone, batched):
     prompts = [conversation(q) for q in QUESTIONS]
     free = [str(alone.generate(p, max_new_tokens=30)) for p in prompts]
-    stops = [[text[3 + 4 * i: 5 + 4 * i]] for i, text in enumerate(free)]  # met after a different number of tokens
+    stops = [[text[3 + 4 * i : 5 + 4 * i]] for i, text in enumerate(free)]  # met after a different number of tokens
     expected = [alone.generate(p, stop=s, max_new_tokens=30) for p, s in zip(prompts, stops)]
     got = in_threads([lambda p=p, s=s: batched.generate(p, stop=s, max_new_tokens=30) for p, s in zip(prompts, stops)])
     assert [str(g) for g in got] == [str(e) for e in expected]
@@ -136,13 +149,22 @@ def test_stop_strings_end_each_request_on_its_own(alone, batched):
 
 def test_streamed_text_equals_returned_text_per_request(batched):
     chunks: list[list[str]] = [[] for _ in QUESTIONS]
-    got = in_threads([lambda i=i: batched.generate(conversation(QUESTIONS[i]), stop=STOP_WORDS,
-                                                   max_new_tokens=30, on_text=chunks[i].append)
-                      for i in range(len(QUESTIONS))])
+    got = in_threads(
+        [
+            lambda i=i: batched.generate(
+                conversation(QUESTIONS[i]), stop=STOP_WORDS, max_new_tokens=30, on_text=chunks[i].append
+            )
+            for i in range(len(QUESTIONS))
+        ]
+    )
     for text, pieces in zip(got, chunks):
         assert "".join(pieces) == str(text) and len(pieces) > 1
-    streamed = in_threads([lambda i=i: "".join(batched.stream(conversation(QUESTIONS[i]), stop=STOP_WORDS,
-                                                              max_new_tokens=30)) for i in range(len(QUESTIONS))])
+    streamed = in_threads(
+        [
+            lambda i=i: "".join(batched.stream(conversation(QUESTIONS[i]), stop=STOP_WORDS, max_new_tokens=30))
+            for i in range(len(QUESTIONS))
+        ]
+    )
     assert streamed == [str(g) for g in got]
 
 
@@ -154,13 +176,17 @@ def test_a_request_that_raises_does_not_disturb_the_others(alone, batched):
             if next(calls) == step:
                 raise RuntimeError("processor failed")
             return scores
+
         return boom
 
     prompts = [conversation(q) for q in QUESTIONS[:4]]
     expected = [str(alone.generate(p, max_new_tokens=20)) for p in prompts]
-    got = in_threads([lambda p=p, i=i: batched.generate(p, max_new_tokens=20,
-                                                        logits_processor=[boom_at(3)] if i == 1 else None)
-                      for i, p in enumerate(prompts)])
+    got = in_threads(
+        [
+            lambda p=p, i=i: batched.generate(p, max_new_tokens=20, logits_processor=[boom_at(3)] if i == 1 else None)
+            for i, p in enumerate(prompts)
+        ]
+    )
     assert isinstance(got[1], RuntimeError) and "processor failed" in str(got[1])
     assert [str(g) for i, g in enumerate(got) if i != 1] == [e for i, e in enumerate(expected) if i != 1]
     assert str(batched.generate(prompts[1], max_new_tokens=20)) == expected[1]  # and nothing is poisoned
@@ -210,8 +236,9 @@ def test_a_prompt_cut_off_mid_prefill_is_not_kept(alone, batched, monkeypatch):
     out = batched.generate(prompt, max_new_tokens=12)
     assert str(out) == str(alone.generate(prompt, max_new_tokens=12))
     assert str(other_out) == str(alone.generate(other, max_new_tokens=12))
-    assert out.cached_tokens == common_prefix_length(*(alone.encode_prompt(alone.render_prompt(m))
-                                                       for m in (prompt, other)))  # from `other`, not its own
+    assert out.cached_tokens == common_prefix_length(
+        *(alone.encode_prompt(alone.render_prompt(m)) for m in (prompt, other))
+    )  # from `other`, not its own
 
 
 def test_a_request_joins_mid_decode_and_leaves_without_stopping_the_others(alone, batched):
@@ -224,7 +251,9 @@ def test_a_request_joins_mid_decode_and_leaves_without_stopping_the_others(alone
     def submit_short_at_step_5(input_ids, scores):
         if not joined.is_set() and input_ids.shape[1] - len(alone.encode_prompt(alone.render_prompt(long))) == 5:
             joined.set()
-            waiter = threading.Thread(target=lambda: results.update(short=str(batched.generate(short, max_new_tokens=4))))
+            waiter = threading.Thread(
+                target=lambda: results.update(short=str(batched.generate(short, max_new_tokens=4)))
+            )
             waiter.start()
             wait_until(lambda: batched._batcher._waiting)  # queued before this step's token is chosen
         return scores
@@ -253,8 +282,9 @@ def test_prompts_prefill_in_chunks_beside_the_others_decoding(alone, batched, mo
 
 
 def test_each_conversation_keeps_its_cache_between_steps(alone, batched):
-    first = in_threads([lambda q=q: batched.generate(conversation(q), stop=STOP_WORDS, max_new_tokens=12)
-                        for q in QUESTIONS[:3]])
+    first = in_threads(
+        [lambda q=q: batched.generate(conversation(q), stop=STOP_WORDS, max_new_tokens=12) for q in QUESTIONS[:3]]
+    )
     follow = [conversation(q, f"{r}\nObservation: 7\n") for q, r in zip(QUESTIONS[:3], first)]
     second = in_threads([lambda m=m: batched.generate(m, stop=STOP_WORDS, max_new_tokens=12) for m in follow])
     for m, prev, out in zip(follow, first, second):
@@ -281,8 +311,12 @@ def test_sampling_requests_do_not_change_greedy_neighbours(alone, batched):
     prompts = [conversation(q) for q in QUESTIONS[:4]]
     expected = [str(alone.generate(p, max_new_tokens=16)) for p in prompts[::2]]
     torch.manual_seed(0)
-    got = in_threads([lambda i=i: batched.generate(prompts[i], max_new_tokens=16, temperature=1.0 if i % 2 else None)
-                      for i in range(4)])
+    got = in_threads(
+        [
+            lambda i=i: batched.generate(prompts[i], max_new_tokens=16, temperature=1.0 if i % 2 else None)
+            for i in range(4)
+        ]
+    )
     assert [str(g) for g in got[::2]] == expected
 
 
@@ -295,8 +329,10 @@ def test_sliding_window_models_keep_the_one_at_a_time_path(tmp_path):
 
 
 def test_agents_arriving_together_compute_their_shared_system_prompt_once(alone, batched):
-    long = [[{"role": "system", "content": build_system_prompt(TOOLS)}, {"role": "user", "content": q}]
-            for q in QUESTIONS[:4]]
+    long = [
+        [{"role": "system", "content": build_system_prompt(TOOLS)}, {"role": "user", "content": q}]
+        for q in QUESTIONS[:4]
+    ]
     ids = [alone.encode_prompt(alone.render_prompt(m)) for m in long]
     shared = min(common_prefix_length(ids[0], i) for i in ids[1:])
     assert shared > 100  # the system prompt
@@ -304,7 +340,9 @@ def test_agents_arriving_together_compute_their_shared_system_prompt_once(alone,
     assert [str(g) for g in got] == [str(alone.generate(m, max_new_tokens=3)) for m in long]
     # whichever started first computed the start; the others waited for it and copied it
     assert sorted(g.cached_tokens >= shared for g in got) == [False, True, True, True]
-    fed = sum(len(i) - g.cached_tokens + g.completion_tokens - 1 for i, g in zip(ids, got))  # the last token is never fed
+    fed = sum(
+        len(i) - g.cached_tokens + g.completion_tokens - 1 for i, g in zip(ids, got)
+    )  # the last token is never fed
     assert batched._batcher.fed_tokens == fed
 
 
@@ -314,7 +352,9 @@ def test_local_models_are_evaluated_eight_at_a_time(tmp_path, monkeypatch, scrip
     from tinyagent import eval as ev
 
     suite = tmp_path / "suite.jsonl"
-    suite.write_text("".join(json.dumps({"id": str(i), "question": f"What is {i} + 1?", "answer": i + 1}) + "\n" for i in range(3)))
+    suite.write_text(
+        "".join(json.dumps({"id": str(i), "question": f"What is {i} + 1?", "answer": i + 1}) + "\n" for i in range(3))
+    )
     monkeypatch.setattr("tinyagent.config.build_model", lambda cfg: scripted(["Final Answer: 1"] * 3))
     code = ev.main(["--suite", str(suite), "--tools", "", "--out", str(tmp_path / "out")])
     summary = json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))
@@ -328,7 +368,8 @@ def test_an_abandoned_stream_leaves_the_batch(alone, batched):
     wait_until(lambda: batched._batcher._worker is None)  # nothing left decoding
     assert batched._batcher.passes < 10  # it ended within a few tokens, not at 400
     assert str(batched.generate(conversation(QUESTIONS[1]), max_new_tokens=8)) == str(
-        alone.generate(conversation(QUESTIONS[1]), max_new_tokens=8))
+        alone.generate(conversation(QUESTIONS[1]), max_new_tokens=8)
+    )
 
 
 def test_a_request_past_the_dynamic_rope_length_runs_alone(tmp_path):
@@ -340,8 +381,10 @@ def test_a_request_past_the_dynamic_rope_length_runs_alone(tmp_path):
     model = InternLM2Chat(str(tmp_path), device="cpu", dtype="float32")
     assert model._batcher is not None and model._batcher.rope_limit == 128
     reference = InternLM2Chat.from_model(model.model, model.tokenizer, reuse_cache=False, max_batch=1)
-    prompts = [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}]
-               for q in [*QUESTIONS[:3], "What is 12 times 6? " * 40]]  # the last one passes 128: NTK rescales
+    prompts = [
+        [{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}]
+        for q in [*QUESTIONS[:3], "What is 12 times 6? " * 40]
+    ]  # the last one passes 128: NTK rescales
     assert model.count_tokens(prompts[-1]) > 128 > max(model.count_tokens(p) for p in prompts[:3]) + 6
     sizes = PassSizes(model)
     got = in_threads([lambda p=p: str(model.generate(p, max_new_tokens=6)) for p in prompts])
@@ -363,7 +406,9 @@ def test_close_ends_the_worker_after_its_pass_and_fails_the_waiting_call(batched
 
     def call() -> None:
         try:
-            outcome["reply"] = batched.generate(conversation(QUESTIONS[0]), max_new_tokens=200, logits_processor=[Hold()])
+            outcome["reply"] = batched.generate(
+                conversation(QUESTIONS[0]), max_new_tokens=200, logits_processor=[Hold()]
+            )
         except Exception as e:  # noqa: BLE001 - the test inspects it
             outcome["error"] = e
 

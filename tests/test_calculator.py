@@ -1,4 +1,5 @@
 """The calculator: exact arithmetic, and clear refusals for anything unsafe or huge."""
+
 from __future__ import annotations
 
 import itertools
@@ -11,48 +12,54 @@ from tinyagent.tools import Calculator
 from tinyagent.tools.calculator import _FUNCTIONS, CalculatorError, evaluate
 
 
-@pytest.mark.parametrize("expression,result", [
-    ("2**10", "1024"),
-    ("2^10", "1024"),
-    ("(3+6+9)*2+17", "53"),
-    ("12*6", "72"),
-    ("12 × 6", "72"),
-    ("465*321+95297/13.2", "156484.469697"),
-    ("7/2", "3.5"),
-    ("7//2", "3"),
-    ("-7 % 3", "2"),
-    ("6/2", "3"),
-    ("sqrt(16)", "4"),
-    ("round(pi, 2)", "3.14"),
-    ("max(1, 5, 3)", "5"),
-    ("（１＋２）＊３", "9"),  # full-width input
-    ("2**100", "1267650600228229401496703205376"),
-    ("1+1=", "2"),
-])
+@pytest.mark.parametrize(
+    "expression,result",
+    [
+        ("2**10", "1024"),
+        ("2^10", "1024"),
+        ("(3+6+9)*2+17", "53"),
+        ("12*6", "72"),
+        ("12 × 6", "72"),
+        ("465*321+95297/13.2", "156484.469697"),
+        ("7/2", "3.5"),
+        ("7//2", "3"),
+        ("-7 % 3", "2"),
+        ("6/2", "3"),
+        ("sqrt(16)", "4"),
+        ("round(pi, 2)", "3.14"),
+        ("max(1, 5, 3)", "5"),
+        ("（１＋２）＊３", "9"),  # full-width input
+        ("2**100", "1267650600228229401496703205376"),
+        ("1+1=", "2"),
+    ],
+)
 def test_arithmetic(expression, result):
     assert Calculator()(expression=expression) == result
 
 
-@pytest.mark.parametrize("expression,message", [
-    ("9**9**9", "too large"),
-    ("10**10**10", "too large"),
-    ("2**100000", "too large"),
-    ("1/0", "division by zero"),
-    ("__import__('os').system('echo hi')", "unsupported"),
-    ("open('/etc/passwd')", "unsupported"),
-    ("(1).__class__", "unsupported"),
-    ("x + 1", "unsupported"),
-    ("lambda: 1", "unsupported"),
-    ("2 +", "not a valid"),
-    ("", "empty"),
-    ("1" * 1000, "too long"),
-    ("-(" * 100 + "1" + ")" * 100, "nested too deeply"),
-    ("sqrt(-1)", "math error"),
-    ("1e308 * 10", "too large"),
-    ("(-8) ** 0.5", "not a real number"),
-    ("'a' * 3", "unsupported"),
-    ("[1, 2]", "unsupported"),
-])
+@pytest.mark.parametrize(
+    "expression,message",
+    [
+        ("9**9**9", "too large"),
+        ("10**10**10", "too large"),
+        ("2**100000", "too large"),
+        ("1/0", "division by zero"),
+        ("__import__('os').system('echo hi')", "unsupported"),
+        ("open('/etc/passwd')", "unsupported"),
+        ("(1).__class__", "unsupported"),
+        ("x + 1", "unsupported"),
+        ("lambda: 1", "unsupported"),
+        ("2 +", "not a valid"),
+        ("", "empty"),
+        ("1" * 1000, "too long"),
+        ("-(" * 100 + "1" + ")" * 100, "nested too deeply"),
+        ("sqrt(-1)", "math error"),
+        ("1e308 * 10", "too large"),
+        ("(-8) ** 0.5", "not a real number"),
+        ("'a' * 3", "unsupported"),
+        ("[1, 2]", "unsupported"),
+    ],
+)
 def test_refusals_are_clear(expression, message):
     with pytest.raises(CalculatorError, match=message):
         evaluate(expression)
@@ -86,13 +93,16 @@ def peak_bytes(expression: str) -> int:
         tracemalloc.stop()
 
 
-@pytest.mark.parametrize("expression", [
-    "round(1, -10**7)",                      # 15 characters: CPython would build 10**(10**7) in one C call
-    "round(2**4000, -10**5)",
-    "pow(2**4000, 2**4000, 3**2500)",
-    "(2**4000)**(2**4000)",
-    "2**4096*2**4096*2**4096",
-])
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "round(1, -10**7)",  # 15 characters: CPython would build 10**(10**7) in one C call
+        "round(2**4000, -10**5)",
+        "pow(2**4000, 2**4000, 3**2500)",
+        "(2**4000)**(2**4000)",
+        "2**4096*2**4096*2**4096",
+    ],
+)
 def test_hostile_expressions_stay_within_a_megabyte(expression):
     assert peak_bytes(expression) < 1_000_000
 

@@ -1,6 +1,7 @@
 """`tinyagent chat --session NAME`: a conversation kept in the conversation store goes on after the process is
 killed with SIGKILL mid-turn (the turn in progress is lost, the earlier ones are not); /sessions lists the
 stored conversations, /forget deletes one; a store this version cannot read is one line."""
+
 from __future__ import annotations
 
 import os
@@ -19,9 +20,14 @@ def asks(body: dict, text: str) -> bool:
 
 
 def chat(stub: OpenAIStub, data, stdin: str, *more: str) -> subprocess.CompletedProcess:
-    return subprocess.run([TINYAGENT, "chat", "--base-url", stub.base_url, "--model", "stub-model", "--tools",
-                           "calculator", *more], input=stdin, capture_output=True, text=True, timeout=120,
-                          env=environment(TINYAGENT_DATA=str(data)))
+    return subprocess.run(
+        [TINYAGENT, "chat", "--base-url", stub.base_url, "--model", "stub-model", "--tools", "calculator", *more],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment(TINYAGENT_DATA=str(data)),
+    )
 
 
 def test_a_conversation_goes_on_after_the_process_is_killed_mid_turn(tmp_path):
@@ -42,7 +48,7 @@ def test_a_conversation_goes_on_after_the_process_is_killed_mid_turn(tmp_path):
             first.proc.stdin.write("first question\nsecond question\n")
             first.proc.stdin.flush()
             assert asked_second.wait(60), "".join(first.lines)  # the first turn is written before the second
-            os.kill(first.proc.pid, signal.SIGKILL)             # is read, so the kill comes mid-turn
+            os.kill(first.proc.pid, signal.SIGKILL)  # is read, so the kill comes mid-turn
             assert first.proc.wait(30) == -signal.SIGKILL
             release.set()
         again = chat(stub, tmp_path, "/history\nthird question\n/sessions\n", "--session", "trip")
@@ -56,15 +62,18 @@ def test_a_conversation_goes_on_after_the_process_is_killed_mid_turn(tmp_path):
     assert "second question" not in str(resumed)
     assert again.stdout.rstrip().splitlines()[-1].startswith("* trip  (2 turns, ")
     assert SQLiteStore(tmp_path / "conversations.sqlite3").load("trip") == [
-        ("first question", "Paris is 450 km away"), ("third question", "Lyon is 470 km away")]
+        ("first question", "Paris is 450 km away"),
+        ("third question", "Lyon is 470 km away"),
+    ]
 
 
 def test_sessions_lists_and_forget_deletes(tmp_path):
     with OpenAIStub(replies="Final Answer: ok") as stub:
         chat(stub, tmp_path, "one\n", "--session", "a")
         chat(stub, tmp_path, "two\n", "--session", "b")
-        out = chat(stub, tmp_path, "/sessions\n/forget a\n/forget nothing\n/sessions\n/forget\n/history\n",
-                   "--session", "b")
+        out = chat(
+            stub, tmp_path, "/sessions\n/forget a\n/forget nothing\n/sessions\n/forget\n/history\n", "--session", "b"
+        )
     lines = out.stdout.splitlines()
     assert lines[0].startswith("* b  (1 turns") and lines[1].startswith("  a  (1 turns")
     assert lines[2].startswith("* b  (1 turns") and len(lines) == 4 and lines[3] == "(no history)"
@@ -87,5 +96,7 @@ def test_a_store_it_cannot_read_is_one_line_before_the_model_loads(tmp_path):
         out = chat(stub, tmp_path, "hi\n", "--session", "a", "--store", str(bad))
         assert stub.chat_requests == 0
     assert out.returncode == 1
-    assert out.stderr == (f"tinyagent: error: conversation store {bad}: not a tinyagent conversation store (not an "
-                          "SQLite file); choose another file\n")
+    assert out.stderr == (
+        f"tinyagent: error: conversation store {bad}: not a tinyagent conversation store (not an "
+        "SQLite file); choose another file\n"
+    )

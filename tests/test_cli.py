@@ -1,5 +1,6 @@
 """The `tinyagent` command: in-process with a scripted model, and as a real process (errors,
 exit codes, and end to end against a real OpenAI-compatible HTTP server on 127.0.0.1)."""
+
 from __future__ import annotations
 
 import io
@@ -16,8 +17,8 @@ from conftest import ScriptedModel
 from openai_stub import OpenAIStub
 
 from tinyagent import config
-from tinyagent.cli import commands as cli
 from tinyagent import redaction as secret_store
+from tinyagent.cli import commands as cli
 from tinyagent.format.templates import shipped
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +48,7 @@ class StreamingModel(ScriptedModel):
         text = str(reply)
         if on_text is not None:
             for i in range(0, len(text), 4):
-                on_text(text[i:i + 4])
+                on_text(text[i : i + 4])
             self.printed.append(sys.stdout.getvalue() if hasattr(sys.stdout, "getvalue") else "")
         return reply
 
@@ -78,8 +79,10 @@ def use_model(monkeypatch):
             model.built_from = cfg
             model.prefers_constrained = cfg.model.backend == "embedded"  # as the embedded model says of itself
             return model
+
         monkeypatch.setattr(config, "build_model", build)
         return model
+
     return install
 
 
@@ -99,8 +102,11 @@ def test_ask_streams_steps_live_then_answer_and_summary(use_model, capsys):
     assert "Final Answer: 42\n[2 steps, 110 tokens (100 prompt + 10 generated)," in out
     assert 'Action Input: {"expression": "6*7"}' in model.printed[0]  # on screen before the step ended
     assert "Observation" not in model.printed[0]
-    assert re.search(r"Loading the embedded SmolLM2-135M-Instruct model on (llama\.cpp \.\.\. \(about a second\)|"
-                     r"transformers \.\.\. \(this takes ~20 s on CPU\))", err)
+    assert re.search(
+        r"Loading the embedded SmolLM2-135M-Instruct model on (llama\.cpp \.\.\. \(about a second\)|"
+        r"transformers \.\.\. \(this takes ~20 s on CPU\))",
+        err,
+    )
     assert "SmolLM2-135M is a 135M-parameter demo model and is often wrong; for real answers pick a real model" in err
     assert "Traceback" not in err and "SERPER_API_KEY" not in err
 
@@ -152,11 +158,31 @@ def test_options_override_the_config_file(use_model, capsys, tmp_path):
     folder.mkdir()
     (folder / "config.json").write_text('{"model_type": "internlm2"}')
     cfg_file = tmp_path / "c.yaml"
-    cfg_file.write_text("agent:\n  max_turns: 4\n  lang: en\n  working_first: true\ngeneration:\n  max_new_tokens: 100\n")
+    cfg_file.write_text(
+        "agent:\n  max_turns: 4\n  lang: en\n  working_first: true\ngeneration:\n  max_new_tokens: 100\n"
+    )
     model = use_model(StreamingModel(["Final Answer: 好"]))
-    code, _, _ = run_cli(capsys, "ask", "--config", str(cfg_file), "--model", str(folder), "--device", "cpu",
-                         "--lang", "zh", "--max-new-tokens", "20", "--temperature", "0.5",
-                         "--tools", "calculator", "--no-working-first", "--no-check-arithmetic", "hello")
+    code, _, _ = run_cli(
+        capsys,
+        "ask",
+        "--config",
+        str(cfg_file),
+        "--model",
+        str(folder),
+        "--device",
+        "cpu",
+        "--lang",
+        "zh",
+        "--max-new-tokens",
+        "20",
+        "--temperature",
+        "0.5",
+        "--tools",
+        "calculator",
+        "--no-working-first",
+        "--no-check-arithmetic",
+        "hello",
+    )
     assert code == 0
     cfg = model.built_from
     assert (cfg.model.backend, cfg.model.path, cfg.model.device) == ("internlm2", str(folder), "cpu")
@@ -180,8 +206,11 @@ def test_without_a_serper_key_local_search_replaces_google_search(use_model, cap
 
 
 def test_a_secret_never_reaches_stdout_stderr_trace_or_json(use_model, capsys, tmp_path, monkeypatch):
-    replies = [f'Thought: try it\nAction: calculator\nAction Input: {{"expression": "{SECRET} + 1"}}',
-               f"Final Answer: the key is {SECRET}", f"Final Answer: the key is {SECRET}"]  # the call fails: re-checked
+    replies = [
+        f'Thought: try it\nAction: calculator\nAction Input: {{"expression": "{SECRET} + 1"}}',
+        f"Final Answer: the key is {SECRET}",
+        f"Final Answer: the key is {SECRET}",
+    ]  # the call fails: re-checked
     trace_file = tmp_path / "t.jsonl"
     for extra in ([], ["--no-stream"], ["--json"]):
         use_model(StreamingModel(list(replies)))
@@ -199,22 +228,30 @@ def test_streaming_holds_back_only_what_could_be_a_secret(use_model, capsys, mon
     code, out, _ = run_cli(capsys, "ask", "--tools", "calculator", "q")
     assert code == 0 and SECRET not in out
     live = model.printed[0].split("Question: q\n", 1)[1]
-    assert live.startswith("Thought: [REDACTED] then more") and len(live) < len("Thought: [REDACTED] then more "
-                                                                               "text here\nFinal Answer: done")
+    assert live.startswith("Thought: [REDACTED] then more") and len(live) < len(
+        "Thought: [REDACTED] then more text here\nFinal Answer: done"
+    )
     assert "Thought: [REDACTED] then more text here\nFinal Answer: done\n---" in out
 
 
 def test_chat_with_piped_stdin_keeps_history_and_handles_commands(use_model, capsys, monkeypatch):
     model = use_model(StreamingModel(["Final Answer: 1979", "Final Answer: Jay", "Final Answer: fresh"]))
-    monkeypatch.setattr(sys, "stdin", io.StringIO(
-        "Which year was Jay Chou born?\nWhat was his first album?\n\n/history\n/reset\n/history\n"
-        "周杰伦哪年出生？\n/exit\nnever asked\n"))
+    monkeypatch.setattr(
+        sys,
+        "stdin",
+        io.StringIO(
+            "Which year was Jay Chou born?\nWhat was his first album?\n\n/history\n/reset\n/history\n"
+            "周杰伦哪年出生？\n/exit\nnever asked\n"
+        ),
+    )
     code, out, err = run_cli(capsys, "chat", "--tools", "calculator")
     assert code == 0 and len(model.calls) == 3
     second = model.calls[1]["messages"]
     assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]
-    assert second[1:3] == [{"role": "user", "content": "Which year was Jay Chou born?"},
-                           {"role": "assistant", "content": "1979"}]
+    assert second[1:3] == [
+        {"role": "user", "content": "Which year was Jay Chou born?"},
+        {"role": "assistant", "content": "1979"},
+    ]
     assert [m["role"] for m in model.calls[2]["messages"]] == ["system", "user"]  # after /reset
     assert "1. Q: Which year was Jay Chou born?\n   A: 1979\n2. Q: What was his first album?\n   A: Jay\n" in out
     assert "(no history)" in out and "history cleared" in err
@@ -260,25 +297,31 @@ def test_runtime_and_load_failures_are_one_line_with_exit_1(use_model, capsys, m
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     code, out, err = run_cli(capsys, "ask", "--tools", "calculator", "q")
     assert code == 1 and "Traceback" not in err and SECRET not in err
-    assert err.strip().splitlines()[-1] == ("tinyagent: error: RuntimeError: backend exploded with [REDACTED] "
-                                            "(run with --verbose for details)")
+    assert err.strip().splitlines()[-1] == (
+        "tinyagent: error: RuntimeError: backend exploded with [REDACTED] (run with --verbose for details)"
+    )
 
     def broken(cfg):
         raise OSError("internlm/nope is not a local folder and is not a valid model identifier\nmore text")
+
     monkeypatch.setattr(config, "build_model", broken)
     code, _, err = run_cli(capsys, "ask", "--model", "internlm/nope", "q")
     assert code == 1 and "Traceback" not in err
-    assert err.strip().splitlines()[-1] == ("tinyagent: error: could not load model internlm/nope: internlm/nope "
-                                            "is not a local folder and is not a valid model identifier")
+    assert err.strip().splitlines()[-1] == (
+        "tinyagent: error: could not load model internlm/nope: internlm/nope "
+        "is not a local folder and is not a valid model identifier"
+    )
 
 
 # --- the real command, in a subprocess ------------------------------------------------------
 
+
 def tinyagent(*args: str, stdin: str | None = None, env: dict | None = None, timeout: float = 120):
     environment = {k: v for k, v in os.environ.items() if k not in ("SERPER_API_KEY", "OPENAI_API_KEY")}
     environment.update({"HF_HUB_OFFLINE": "1", **(env or {})})
-    return subprocess.run([TINYAGENT, *args], input=stdin, capture_output=True, text=True,
-                          env=environment, cwd=ROOT, timeout=timeout)
+    return subprocess.run(
+        [TINYAGENT, *args], input=stdin, capture_output=True, text=True, env=environment, cwd=ROOT, timeout=timeout
+    )
 
 
 def test_help_and_version_exit_0():
@@ -291,17 +334,32 @@ def test_help_and_version_exit_0():
     assert tinyagent("--version").stdout.startswith("tinyagent ")
 
 
-@pytest.mark.parametrize("args, words", [
-    ((), ["usage:"]),
-    (("ask",), ["the following arguments are required: question"]),
-    (("ask", "--lang", "fr", "q"), ["invalid choice: 'fr'"]),
-    (("ask", "--max-turns", "many", "q"), ["invalid int value"]),
-    (("ask", "--config", "configs/missing.yaml", "q"), ["tinyagent: error: configs/missing.yaml: no such config file"]),
-    (("ask", "--tools", "calculator,web", "q"), ["unknown tool 'web'", "valid tools: google_search, calculator, local_search"]),
-    (("ask", "--corpus", "/no/such.jsonl", "q"), ["tinyagent: error: agent.corpus: no such folder or file: /no/such.jsonl"]),
-    (("ask", "--model", "./no/such/model", "q"), ["tinyagent: error: model.path: no such model folder: ./no/such/model"]),
-    (("ask", "--max-turns", "0", "q"), ["tinyagent: error: agent.max_turns: must be at least 1, not 0"]),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        ((), ["usage:"]),
+        (("ask",), ["the following arguments are required: question"]),
+        (("ask", "--lang", "fr", "q"), ["invalid choice: 'fr'"]),
+        (("ask", "--max-turns", "many", "q"), ["invalid int value"]),
+        (
+            ("ask", "--config", "configs/missing.yaml", "q"),
+            ["tinyagent: error: configs/missing.yaml: no such config file"],
+        ),
+        (
+            ("ask", "--tools", "calculator,web", "q"),
+            ["unknown tool 'web'", "valid tools: google_search, calculator, local_search"],
+        ),
+        (
+            ("ask", "--corpus", "/no/such.jsonl", "q"),
+            ["tinyagent: error: agent.corpus: no such folder or file: /no/such.jsonl"],
+        ),
+        (
+            ("ask", "--model", "./no/such/model", "q"),
+            ["tinyagent: error: model.path: no such model folder: ./no/such/model"],
+        ),
+        (("ask", "--max-turns", "0", "q"), ["tinyagent: error: agent.max_turns: must be at least 1, not 0"]),
+    ],
+)
 def test_usage_and_config_errors_exit_2_without_a_traceback(args, words):
     done = tinyagent(*args)
     assert done.returncode == 2, done.stderr
@@ -315,8 +373,9 @@ def test_a_bad_config_key_names_the_key_and_the_file(tmp_path):
     bad.write_text("model:\n  backend: embedded\nagent:\n  max_turn: 3\n")
     done = tinyagent("ask", "--config", str(bad), "q")
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert done.stderr.strip().startswith(f"tinyagent: error: {bad}: unknown key 'agent.max_turn'; "
-                                          "valid keys in agent: lang, max_turns, tools, corpus, ")
+    assert done.stderr.strip().startswith(
+        f"tinyagent: error: {bad}: unknown key 'agent.max_turn'; valid keys in agent: lang, max_turns, tools, corpus, "
+    )
     assert len(done.stderr.strip().splitlines()) == 1
 
 
@@ -327,8 +386,9 @@ def free_port() -> int:
 
 
 def test_an_unreachable_server_is_a_one_line_runtime_error():
-    done = tinyagent("ask", "--base-url", f"http://127.0.0.1:{free_port()}/v1", "--model", "m",
-                     "--tools", "calculator", "q")
+    done = tinyagent(
+        "ask", "--base-url", f"http://127.0.0.1:{free_port()}/v1", "--model", "m", "--tools", "calculator", "q"
+    )
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]
@@ -339,13 +399,20 @@ def test_end_to_end_against_a_real_server_streaming_json_and_secrets(tmp_path):
     with OpenAIStub(replies=[*SEARCH_THEN_ANSWER, "Final Answer: 1979"], require_key=SECRET) as stub:
         common = ("--base-url", stub.base_url, "--model", "stub-model", "--tools", "calculator")
         trace = tmp_path / "t.jsonl"
-        done = tinyagent("ask", *common, "--trace", str(trace), "What is 6*7?",
-                         env={"OPENAI_API_KEY": SECRET, "SERPER_API_KEY": SECRET + "x"})
+        done = tinyagent(
+            "ask",
+            *common,
+            "--trace",
+            str(trace),
+            "What is 6*7?",
+            env={"OPENAI_API_KEY": SECRET, "SERPER_API_KEY": SECRET + "x"},
+        )
         assert done.returncode == 0, done.stderr
         assert "Observation: 42\n" in done.stdout and "Final Answer: 42\n[2 steps" in done.stdout
         assert stub.requests[0]["body"].get("stream") is True
-        done_json = tinyagent("chat", *common, "--json", stdin="Which year was Jay Chou born?\n/history\n",
-                              env={"OPENAI_API_KEY": SECRET})
+        done_json = tinyagent(
+            "chat", *common, "--json", stdin="Which year was Jay Chou born?\n/history\n", env={"OPENAI_API_KEY": SECRET}
+        )
         assert done_json.returncode == 0, done_json.stderr
         turn, history = [json.loads(line) for line in done_json.stdout.splitlines()]
         assert turn["answer"] == "1979" and history["history"][0]["answer"] == "1979"
@@ -359,8 +426,22 @@ def test_end_to_end_against_a_real_server_streaming_json_and_secrets(tmp_path):
 def test_a_local_model_folder_loads_and_answers_through_the_hf_backend(tiny_llama_dir, capsys, monkeypatch):
     """A real (tiny, random) transformers model: loaded from --model, streamed, usage counted."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    code, out, err = run_cli(capsys, "ask", "--model", str(tiny_llama_dir), "--device", "cpu", "--max-turns", "1",
-                             "--max-new-tokens", "6", "--tools", "calculator", "--json", "What is 6*7?")
+    code, out, err = run_cli(
+        capsys,
+        "ask",
+        "--model",
+        str(tiny_llama_dir),
+        "--device",
+        "cpu",
+        "--max-turns",
+        "1",
+        "--max-new-tokens",
+        "6",
+        "--tools",
+        "calculator",
+        "--json",
+        "What is 6*7?",
+    )
     assert code == 0, err
     result = json.loads(out)
     assert 1 <= len(result["steps"]) <= 2 and result["prompt_tokens"] > 50

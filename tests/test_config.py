@@ -1,4 +1,5 @@
 """YAML config: schema, defaults, overrides, one-line errors naming key and file, and building."""
+
 from __future__ import annotations
 
 import json
@@ -36,7 +37,11 @@ def test_defaults_are_the_embedded_model_with_all_tools():
     assert cfg.agent.tools == ["google_search", "calculator", "local_search"]
     assert cfg.generation_kwargs() == {"max_new_tokens": 512, "temperature": 0.0, "top_p": 1.0}
     assert cfg.agent.agent_kwargs() == {"lang": "auto", "max_turns": 5}
-    assert (cfg.agent.max_observation_chars, cfg.agent.llm_fallback, cfg.agent.distill_observations) == (4000, False, False)
+    assert (cfg.agent.max_observation_chars, cfg.agent.llm_fallback, cfg.agent.distill_observations) == (
+        4000,
+        False,
+        False,
+    )
     assert cfg.agent.protocol == "react" and cfg.agent.protocol_settings() == {}  # the protocol's own defaults
 
 
@@ -54,9 +59,12 @@ def test_every_shipped_config_validates(path):
 
 
 def test_shipped_model_configs_name_the_expected_models():
-    expected = {"default.yaml": ("embedded", None), "internlm2-chat-1_8b.yaml": ("internlm2", "internlm/internlm2-chat-1_8b"),
-                "internlm2-chat-7b.yaml": ("internlm2", "internlm/internlm2-chat-7b"),
-                "qwen2.5-1.5b-instruct.yaml": ("hf", "Qwen/Qwen2.5-1.5B-Instruct")}
+    expected = {
+        "default.yaml": ("embedded", None),
+        "internlm2-chat-1_8b.yaml": ("internlm2", "internlm/internlm2-chat-1_8b"),
+        "internlm2-chat-7b.yaml": ("internlm2", "internlm/internlm2-chat-7b"),
+        "qwen2.5-1.5b-instruct.yaml": ("hf", "Qwen/Qwen2.5-1.5B-Instruct"),
+    }
     for name, (backend, path) in expected.items():
         cfg = load_config(ROOT / "configs" / name)
         assert (cfg.model.backend, cfg.model.path) == (backend, path)
@@ -84,45 +92,53 @@ def test_unknown_keys_name_the_key_and_the_file(tmp_path):
     assert "'agent.turns'" in error_of(None, {"agent.turns": 2})
 
 
-@pytest.mark.parametrize("overrides, words", [
-    ({"agent.lang": "fr"}, ["agent.lang", "'fr'", "auto, en, zh"]),
-    ({"agent.max_turns": -1}, ["agent.max_turns", "at least 1", "-1"]),
-    ({"agent.max_turns": 0}, ["agent.max_turns", "at least 1"]),
-    ({"agent.max_turns": "five"}, ["agent.max_turns", "an integer", '"five"']),
-    ({"agent.max_turns": True}, ["agent.max_turns", "an integer"]),
-    ({"model.backend": "onnx"}, ["model.backend", "embedded, hf, internlm2, llamacpp, openai"]),
-    ({"model.runtime": "onnx"}, ["model.runtime", "auto, llamacpp, hf"]),
-    ({"model.backend": "llamacpp"}, ["model.path", "backend llamacpp needs a .gguf file"]),
-    ({"model.backend": "llamacpp", "model.path": "/no/such.gguf"}, ["model.path", "no such GGUF file: /no/such.gguf"]),
-    ({"model.context_window": 4}, ["model.context_window", "at least 16"]),
-    ({"model.threads": 0}, ["model.threads", "at least 1"]),
-    ({"agent.tools": ["calculator", "web"]}, ["unknown tool 'web'", "google_search, calculator, local_search"]),
-    ({"agent.tools": "calculator"}, ["agent.tools", "a list of strings"]),
-    ({"agent.tools": ["calculator", "calculator"]}, ["agent.tools", "twice"]),
-    ({"generation.temperature": -0.1}, ["generation.temperature", "at least 0"]),
-    ({"generation.top_p": 0}, ["generation.top_p", "(0, 1]"]),
-    ({"generation.max_new_tokens": 2.5}, ["generation.max_new_tokens", "an integer"]),
-    ({"model.device": "gpu0"}, ["model.device", "'gpu0'"]),
-    ({"model.dtype": "int4"}, ["model.dtype", "float16"]),
-    ({"model.trust_remote_code": "yes"}, ["model.trust_remote_code", "true or false"]),
-    ({"model.backend": "hf"}, ["model.path", "backend hf needs"]),
-    ({"model.backend": "openai", "model.name": "m"}, ["model.base_url", "needs the server URL"]),
-    ({"model.backend": "openai", "model.base_url": "localhost:8000"}, ["model.base_url", "not an http(s) URL"]),
-    ({"model.backend": "openai", "model.base_url": "http://127.0.0.1:1/v1"}, ["model.name"]),
-    ({"model.backend": "internlm2", "model.path": "internlm/x", "model.gguf_file": "a.gguf"},
-     ["model.gguf_file", "only used by backends hf and llamacpp"]),
-    ({"model.backend": "hf", "model.path": "./no/such/folder"}, ["model.path", "no such model folder"]),
-    ({"agent.corpus": "/no/such/corpus.jsonl"}, ["agent.corpus", "no such folder or file"]),
-    ({"model": "hf"}, ["model", "mapping"]),
-    ({"model.timeout": float("nan")}, ["model.timeout", "a finite number", "NaN"]),
-    ({"model.timeout": float("inf")}, ["model.timeout", "a finite number", "Infinity"]),
-    ({"generation.temperature": float("inf")}, ["generation.temperature", "a finite number"]),
-    ({"serve.max_runs": 0}, ["serve.max_runs", "at least 1"]),
-    ({"serve.max_request_bytes": 10}, ["serve.max_request_bytes", "at least 1024"]),
-    ({"serve.name": " "}, ["serve.name", "must not be empty"]),
-    ({"web.store": ""}, ["web.store", "true (the default file) or a file name"]),
-    ({"web.store": 1}, ["web.store", "true or false or a string"]),
-])
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        ({"agent.lang": "fr"}, ["agent.lang", "'fr'", "auto, en, zh"]),
+        ({"agent.max_turns": -1}, ["agent.max_turns", "at least 1", "-1"]),
+        ({"agent.max_turns": 0}, ["agent.max_turns", "at least 1"]),
+        ({"agent.max_turns": "five"}, ["agent.max_turns", "an integer", '"five"']),
+        ({"agent.max_turns": True}, ["agent.max_turns", "an integer"]),
+        ({"model.backend": "onnx"}, ["model.backend", "embedded, hf, internlm2, llamacpp, openai"]),
+        ({"model.runtime": "onnx"}, ["model.runtime", "auto, llamacpp, hf"]),
+        ({"model.backend": "llamacpp"}, ["model.path", "backend llamacpp needs a .gguf file"]),
+        (
+            {"model.backend": "llamacpp", "model.path": "/no/such.gguf"},
+            ["model.path", "no such GGUF file: /no/such.gguf"],
+        ),
+        ({"model.context_window": 4}, ["model.context_window", "at least 16"]),
+        ({"model.threads": 0}, ["model.threads", "at least 1"]),
+        ({"agent.tools": ["calculator", "web"]}, ["unknown tool 'web'", "google_search, calculator, local_search"]),
+        ({"agent.tools": "calculator"}, ["agent.tools", "a list of strings"]),
+        ({"agent.tools": ["calculator", "calculator"]}, ["agent.tools", "twice"]),
+        ({"generation.temperature": -0.1}, ["generation.temperature", "at least 0"]),
+        ({"generation.top_p": 0}, ["generation.top_p", "(0, 1]"]),
+        ({"generation.max_new_tokens": 2.5}, ["generation.max_new_tokens", "an integer"]),
+        ({"model.device": "gpu0"}, ["model.device", "'gpu0'"]),
+        ({"model.dtype": "int4"}, ["model.dtype", "float16"]),
+        ({"model.trust_remote_code": "yes"}, ["model.trust_remote_code", "true or false"]),
+        ({"model.backend": "hf"}, ["model.path", "backend hf needs"]),
+        ({"model.backend": "openai", "model.name": "m"}, ["model.base_url", "needs the server URL"]),
+        ({"model.backend": "openai", "model.base_url": "localhost:8000"}, ["model.base_url", "not an http(s) URL"]),
+        ({"model.backend": "openai", "model.base_url": "http://127.0.0.1:1/v1"}, ["model.name"]),
+        (
+            {"model.backend": "internlm2", "model.path": "internlm/x", "model.gguf_file": "a.gguf"},
+            ["model.gguf_file", "only used by backends hf and llamacpp"],
+        ),
+        ({"model.backend": "hf", "model.path": "./no/such/folder"}, ["model.path", "no such model folder"]),
+        ({"agent.corpus": "/no/such/corpus.jsonl"}, ["agent.corpus", "no such folder or file"]),
+        ({"model": "hf"}, ["model", "mapping"]),
+        ({"model.timeout": float("nan")}, ["model.timeout", "a finite number", "NaN"]),
+        ({"model.timeout": float("inf")}, ["model.timeout", "a finite number", "Infinity"]),
+        ({"generation.temperature": float("inf")}, ["generation.temperature", "a finite number"]),
+        ({"serve.max_runs": 0}, ["serve.max_runs", "at least 1"]),
+        ({"serve.max_request_bytes": 10}, ["serve.max_request_bytes", "at least 1024"]),
+        ({"serve.name": " "}, ["serve.name", "must not be empty"]),
+        ({"web.store": ""}, ["web.store", "true (the default file) or a file name"]),
+        ({"web.store": 1}, ["web.store", "true or false or a string"]),
+    ],
+)
 def test_bad_values_are_one_line_errors_naming_the_key(overrides, words):
     message = error_of(None, overrides)
     for word in words:
@@ -157,17 +173,20 @@ def laughs(levels: int) -> str:
     return "agent:\n" + "\n".join(lines) + "\n"
 
 
-@pytest.mark.parametrize("text, where", [
-    (laughs(9), "agent.b[0]: YAML aliases (*a)"),   # 9^9 strings once expanded: 35 s, 3 GB, then MemoryError
-    (laughs(4), "agent.b[0]: YAML aliases (*a)"),
-    ("agent:\n  tools: &t [calculator, *t]\n", "agent.tools[1]: YAML aliases (*t)"),  # itself
-    ("model: &m\n  backend: embedded\nagent:\n  <<: *m\n", "agent.<<: YAML aliases (*m)"),   # a merge key
-])
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        (laughs(9), "agent.b[0]: YAML aliases (*a)"),  # 9^9 strings once expanded: 35 s, 3 GB, then MemoryError
+        (laughs(4), "agent.b[0]: YAML aliases (*a)"),
+        ("agent:\n  tools: &t [calculator, *t]\n", "agent.tools[1]: YAML aliases (*t)"),  # itself
+        ("model: &m\n  backend: embedded\nagent:\n  <<: *m\n", "agent.<<: YAML aliases (*m)"),  # a merge key
+    ],
+)
 def test_yaml_aliases_are_refused_with_one_line_naming_the_file_and_key(tmp_path, text, where):
     path = write(tmp_path, text)
     message = error_of(path)
     assert message.startswith(f"{path}: {where} are not allowed in a config (line ") and "\n" not in message
-    assert "lol" not in message and "Circular" not in message   # nothing expanded is shown
+    assert "lol" not in message and "Circular" not in message  # nothing expanded is shown
 
 
 def test_an_anchor_without_an_alias_is_plain_yaml(tmp_path):
@@ -178,11 +197,17 @@ def test_a_llamacpp_config_without_llama_cpp_installed_says_how_to_install_it(mo
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
     monkeypatch.setattr(load, "llamacpp_available", lambda: False)
-    for overrides, key in (({"model.backend": "llamacpp", "model.path": str(gguf)}, "model.backend"),
-                           ({"model.runtime": "llamacpp"}, "model.runtime")):
+    for overrides, key in (
+        ({"model.backend": "llamacpp", "model.path": str(gguf)}, "model.backend"),
+        ({"model.runtime": "llamacpp"}, "model.runtime"),
+    ):
         message = error_of(None, overrides)
         assert message.startswith(f"{key}: the llama.cpp backend needs llama-cpp-python") and "\n" not in message
-    assert model_overrides(str(gguf)) == {"model.backend": "hf", "model.path": str(tmp_path), "model.gguf_file": "m.gguf"}
+    assert model_overrides(str(gguf)) == {
+        "model.backend": "hf",
+        "model.path": str(tmp_path),
+        "model.gguf_file": "m.gguf",
+    }
     assert "model.gguf_file: no such GGUF file" in error_of(None, model_overrides(str(tmp_path / "none.gguf")))
     monkeypatch.setattr(load, "llamacpp_available", lambda: True)
     assert model_overrides(str(gguf)) == {"model.backend": "llamacpp", "model.path": str(gguf)}
@@ -195,8 +220,11 @@ def test_llamacpp_settings_that_cannot_work_together_are_one_line_errors(monkeyp
     monkeypatch.setattr(load, "llamacpp_available", lambda: True)
     base = {"model.backend": "llamacpp", "model.path": str(gguf)}
     assert error_of(None, {**base, "model.kv_cells": 256, "model.context_window": 1024}) == (
-        "model.context_window: 1024 is more than model.kv_cells (256) can hold")
-    assert "model.weight_type: 'q3' is not one of auto, file, q8_0" in error_of(None, {**base, "model.weight_type": "q3"})
+        "model.context_window: 1024 is more than model.kv_cells (256) can hold"
+    )
+    assert "model.weight_type: 'q3' is not one of auto, file, q8_0" in error_of(
+        None, {**base, "model.weight_type": "q3"}
+    )
     assert load_config(None, {**base, "model.kv_cells": 256, "model.weight_type": "file"}).model.kv_cells == 256
 
 
@@ -212,11 +240,17 @@ def test_model_overrides_pick_the_backend(tmp_path):
     assert model_overrides(str(internlm)) == {"model.backend": "internlm2", "model.path": str(internlm)}
     assert model_overrides(str(llama)) == {"model.backend": "hf", "model.path": str(llama)}
     assert model_overrides("internlm/internlm2-chat-1_8b")["model.backend"] == "internlm2"
-    assert model_overrides("Qwen/Qwen2.5-1.5B-Instruct") == {"model.backend": "hf", "model.path": "Qwen/Qwen2.5-1.5B-Instruct"}
+    assert model_overrides("Qwen/Qwen2.5-1.5B-Instruct") == {
+        "model.backend": "hf",
+        "model.path": "Qwen/Qwen2.5-1.5B-Instruct",
+    }
     assert model_overrides(str(gguf))["model.backend"] in ("hf", "llamacpp")  # see the test above
     assert model_overrides("embedded") == {"model.backend": "embedded"}
     assert model_overrides("served", base_url="http://h:1/v1") == {
-        "model.backend": "openai", "model.name": "served", "model.base_url": "http://h:1/v1"}
+        "model.backend": "openai",
+        "model.name": "served",
+        "model.base_url": "http://h:1/v1",
+    }
     assert model_overrides("served", backend="openai")["model.name"] == "served"
     cfg = load_config(None, {k: v for k, v in model_overrides(str(internlm)).items()})
     assert (cfg.model.backend, cfg.model.path) == ("internlm2", str(internlm))
@@ -278,24 +312,52 @@ def test_build_model_maps_each_backend(monkeypatch, tmp_path, caplog):
     assert Recorder.made[-1] == ((), {"runtime": "llamacpp", **local, **gen})
     config.build_model(load_config(None, {"generation.max_new_tokens": 64, "model.runtime": "hf"}))
     assert Recorder.made[-1] == ((), {"runtime": "hf", "dtype": "auto", **local, **gen})
-    config.build_model(load_config(None, {"generation.max_new_tokens": 64, "model.device": "cuda",
-                                          "model.max_batch": 32, "model.kept_prefixes": 64}))
-    assert Recorder.made[-1] == ((), {"runtime": "hf", "device": "cuda", "dtype": "auto", "max_batch": 32,
-                                      "kept_prefixes": 64, **gen})
+    config.build_model(
+        load_config(
+            None,
+            {"generation.max_new_tokens": 64, "model.device": "cuda", "model.max_batch": 32, "model.kept_prefixes": 64},
+        )
+    )
+    assert Recorder.made[-1] == (
+        (),
+        {"runtime": "hf", "device": "cuda", "dtype": "auto", "max_batch": 32, "kept_prefixes": 64, **gen},
+    )
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
-    config.build_model(load_config(None, {"model.backend": "llamacpp", "model.path": str(gguf), "model.threads": 1,
-                                          "generation.max_new_tokens": 64}))
+    config.build_model(
+        load_config(
+            None,
+            {"model.backend": "llamacpp", "model.path": str(gguf), "model.threads": 1, "generation.max_new_tokens": 64},
+        )
+    )
     assert Recorder.made[-1] == ((str(gguf),), {"threads": 1, **local, **gen})
-    config.build_model(load_config(None, {"model.backend": "hf", "model.path": "org/m", "model.gguf_file": "m.gguf",
-                                          "model.device": "cpu", "generation.max_new_tokens": 64}))
-    assert Recorder.made[-1] == (("org/m",), {"device": "cpu", "dtype": "auto", "gguf_file": "m.gguf",
-                                               "trust_remote_code": False, **local, **gen})
+    config.build_model(
+        load_config(
+            None,
+            {
+                "model.backend": "hf",
+                "model.path": "org/m",
+                "model.gguf_file": "m.gguf",
+                "model.device": "cpu",
+                "generation.max_new_tokens": 64,
+            },
+        )
+    )
+    assert Recorder.made[-1] == (
+        ("org/m",),
+        {"device": "cpu", "dtype": "auto", "gguf_file": "m.gguf", "trust_remote_code": False, **local, **gen},
+    )
     with caplog.at_level(logging.WARNING, logger="tinyagent"):
-        config.build_model(load_config(ROOT / "configs" / "internlm2-chat-1_8b.yaml",
-                                       {"model.trust_remote_code": True, "generation.max_new_tokens": 64}))
-    assert Recorder.made[-1] == (("internlm/internlm2-chat-1_8b",), {"device": "auto", "dtype": "auto",
-                                                                      "trust_remote_code": True, **local, **gen})
+        config.build_model(
+            load_config(
+                ROOT / "configs" / "internlm2-chat-1_8b.yaml",
+                {"model.trust_remote_code": True, "generation.max_new_tokens": 64},
+            )
+        )
+    assert Recorder.made[-1] == (
+        ("internlm/internlm2-chat-1_8b",),
+        {"device": "auto", "dtype": "auto", "trust_remote_code": True, **local, **gen},
+    )
     warning = " ".join(r.getMessage() for r in caplog.records)
     assert "trust_remote_code" in warning and "code from that model repository will run on this machine" in warning
 
@@ -306,8 +368,11 @@ def test_build_model_reads_the_api_key_from_the_named_variable_and_treats_it_as_
     monkeypatch.setitem(vars(llm), "OpenAIChatModel", Recorder)
     monkeypatch.setenv("MY_SERVER_TOKEN", "tok-very-secret-123")
     Recorder.made = []
-    config.build_model(load_config(ROOT / "configs" / "openai-compatible.yaml",
-                                   {"model.api_key_env": "MY_SERVER_TOKEN", "model.timeout": 5}))
+    config.build_model(
+        load_config(
+            ROOT / "configs" / "openai-compatible.yaml", {"model.api_key_env": "MY_SERVER_TOKEN", "model.timeout": 5}
+        )
+    )
     args, kwargs = Recorder.made[-1]
     assert args == ("http://127.0.0.1:23333/v1", "internlm2-chat-7b")
     assert kwargs["api_key"] == "tok-very-secret-123" and kwargs["timeout"] == 5.0 and kwargs["scratchpad"] == "fold"
@@ -316,9 +381,17 @@ def test_build_model_reads_the_api_key_from_the_named_variable_and_treats_it_as_
 
 def test_build_agent_takes_its_settings_from_the_config(scripted, monkeypatch):
     monkeypatch.delenv("SERPER_API_KEY", raising=False)
-    cfg = load_config(None, {"agent.lang": "zh", "agent.max_turns": 2, "agent.tools": ["calculator"],
-                             "generation.max_new_tokens": 33, "agent.max_observation_chars": 100,
-                             "agent.working_first": False})
+    cfg = load_config(
+        None,
+        {
+            "agent.lang": "zh",
+            "agent.max_turns": 2,
+            "agent.tools": ["calculator"],
+            "generation.max_new_tokens": 33,
+            "agent.max_observation_chars": 100,
+            "agent.working_first": False,
+        },
+    )
     model = scripted(["Final Answer: 好"])
     agent = config.build_agent(cfg, model)
     assert (agent.lang, agent.max_turns, agent.observations.max_chars) == ("zh", 2, 100)
@@ -344,8 +417,15 @@ def test_every_agent_setting_is_an_agent_keyword(scripted):
 
 
 def test_guided_decoding_for_vllm_servers(tmp_path):
-    cfg = load_config(None, {"model.backend": "openai", "model.base_url": "http://127.0.0.1:1/v1",
-                             "model.name": "m", "model.guided_decoding": "structured_outputs"})
+    cfg = load_config(
+        None,
+        {
+            "model.backend": "openai",
+            "model.base_url": "http://127.0.0.1:1/v1",
+            "model.name": "m",
+            "model.guided_decoding": "structured_outputs",
+        },
+    )
     model = config.build_model(cfg)
     assert model.guided_decoding == "structured_outputs"
     with pytest.raises(ConfigError, match="model.guided_decoding"):
@@ -356,8 +436,9 @@ def test_guided_decoding_without_outlines_fails_at_config_load(monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *args: None if name == "outlines_core" else real(name, *args))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *args: None if name == "outlines_core" else real(name, *args)
+    )
     overrides = {"model.backend": "openai", "model.base_url": "http://127.0.0.1:1/v1", "model.name": "m"}
     with pytest.raises(ConfigError, match=r"^model.guided_decoding: .*pip install 'tinyagent\[constrained\]'$"):
         load_config(None, {**overrides, "model.guided_decoding": "structured_outputs"})
@@ -365,10 +446,18 @@ def test_guided_decoding_without_outlines_fails_at_config_load(monkeypatch):
 
 
 def test_reply_repetition_settings_are_checked_and_passed_only_when_set():
-    cfg = load_config(None, {"generation.repetition_penalty": 1.2, "generation.no_repeat_ngram_size": 4,
-                             "generation.max_line_tokens": 32})
-    assert cfg.generation_kwargs() == {"max_new_tokens": 512, "temperature": 0.0, "top_p": 1.0,
-                                       "repetition_penalty": 1.2, "no_repeat_ngram_size": 4, "max_line_tokens": 32}
+    cfg = load_config(
+        None,
+        {"generation.repetition_penalty": 1.2, "generation.no_repeat_ngram_size": 4, "generation.max_line_tokens": 32},
+    )
+    assert cfg.generation_kwargs() == {
+        "max_new_tokens": 512,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "repetition_penalty": 1.2,
+        "no_repeat_ngram_size": 4,
+        "max_line_tokens": 32,
+    }
     assert set(load_config(None).generation_kwargs()) == {"max_new_tokens", "temperature", "top_p"}
     for key, bad in (("repetition_penalty", 0.5), ("no_repeat_ngram_size", 0), ("max_line_tokens", 0)):
         with pytest.raises(ConfigError, match=f"generation.{key}: must be at least 1"):

@@ -1,5 +1,6 @@
 """Constrained ReAct decoding: the step pattern, the outlines-compiled automaton with its budgets, and
 replies of a tiny random Llama, a tiny InternLM2 (sentencepiece) and SmolLM2 that always parse."""
+
 from __future__ import annotations
 
 import json
@@ -34,11 +35,7 @@ from tinyagent.models.openai import OpenAIChatModel
 from tinyagent.text import detect_lang
 from tinyagent.tools import Calculator
 from tinyagent.tools.local_search import LocalSearch
-from tinyagent.tutorial import (
-    parse_action_input,
-    parse_final_answer,
-    parse_latest_plugin_call,
-)
+from tinyagent.tutorial import parse_action_input, parse_final_answer, parse_latest_plugin_call
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
 CLASSIC = ReAct(working_first=False, search="tool")
@@ -61,13 +58,20 @@ def book_table(restaurant: str, people: int, outdoor: bool = False, note: str | 
 
 TOOLS = [Calculator(), LocalSearch(), book_table]
 FMT = step_format(TOOLS)
-QUESTIONS = ["What is 12 times 6?", "Which year was Jay Chou born?", "周杰伦哪年出生？",
-             "Book a table for 4 at Luigi's, outside please.", "hi"]
+QUESTIONS = [
+    "What is 12 times 6?",
+    "Which year was Jay Chou born?",
+    "周杰伦哪年出生？",
+    "Book a table for 4 at Luigi's, outside please.",
+    "hi",
+]
 
 
 def conversation(question: str, scratchpad: str = "") -> list[dict]:
-    messages = [{"role": "system", "content": build_system_prompt(TOOLS, detect_lang(question))},
-                {"role": "user", "content": question}]
+    messages = [
+        {"role": "system", "content": build_system_prompt(TOOLS, detect_lang(question))},
+        {"role": "user", "content": question},
+    ]
     return messages + ([{"role": "assistant", "content": scratchpad}] if scratchpad else [])
 
 
@@ -96,23 +100,32 @@ class Spy:
 
 # --- the pattern ---------------------------------------------------------------------------------
 
+
 def test_the_pattern_accepts_valid_steps_and_rejects_the_rest():
     pattern = pattern_of(FMT)
-    good = ['Thought: I should compute it.\nAction: calculator\nAction Input: {"expression": "12*6"}',
-            'Thought: 搜索一下\nAction: local_search\nAction Input: { "search_query": "周杰伦" }',
-            ('Thought: book it\nAction: book_table\nAction Input: {"restaurant": "Luigi\'s", "people": 4, '
-             '"outdoor": true}'),
-            'Thought: book it\nAction: book_table\nAction Input: {"restaurant": "x", "people": 2, "note": "a \\"b\\""}',
-            "Thought: I know it.\nFinal Answer: 72"]
-    bad = ['Thought: x\nAction: calculator\nAction Input: {"expr": "1"}',             # invented key
-           'Thought: x\nAction: calculator\nAction Input: {}',                        # required key missing
-           'Thought: x\nAction: book_table\nAction Input: {"restaurant": "x", "people": "4"}',  # wrong type
-           'Thought: x\nAction: book_table\nAction Input: {"restaurant": "x", "people": 1.5}',
-           'Thought: x\nAction: python\nAction Input: {"code": "1"}',                 # no such tool
-           'Thought: x\nAction: calculator\nAction Input: {"expression": "1"}\nObservation: 1',
-           'Thought: x\nAction: calculator\nAction Input: {"expression": "1"}\nAction: calculator',
-           "Thought: x\nFinal Answer: two\nlines", "Final Answer: 72", "Thought:  x\nFinal Answer: 1",
-           "Thought: x\nFinal Answer: "]
+    good = [
+        'Thought: I should compute it.\nAction: calculator\nAction Input: {"expression": "12*6"}',
+        'Thought: 搜索一下\nAction: local_search\nAction Input: { "search_query": "周杰伦" }',
+        (
+            'Thought: book it\nAction: book_table\nAction Input: {"restaurant": "Luigi\'s", "people": 4, '
+            '"outdoor": true}'
+        ),
+        'Thought: book it\nAction: book_table\nAction Input: {"restaurant": "x", "people": 2, "note": "a \\"b\\""}',
+        "Thought: I know it.\nFinal Answer: 72",
+    ]
+    bad = [
+        'Thought: x\nAction: calculator\nAction Input: {"expr": "1"}',  # invented key
+        'Thought: x\nAction: calculator\nAction Input: {}',  # required key missing
+        'Thought: x\nAction: book_table\nAction Input: {"restaurant": "x", "people": "4"}',  # wrong type
+        'Thought: x\nAction: book_table\nAction Input: {"restaurant": "x", "people": 1.5}',
+        'Thought: x\nAction: python\nAction Input: {"code": "1"}',  # no such tool
+        'Thought: x\nAction: calculator\nAction Input: {"expression": "1"}\nObservation: 1',
+        'Thought: x\nAction: calculator\nAction Input: {"expression": "1"}\nAction: calculator',
+        "Thought: x\nFinal Answer: two\nlines",
+        "Final Answer: 72",
+        "Thought:  x\nFinal Answer: 1",
+        "Thought: x\nFinal Answer: ",
+    ]
     for reply in good:
         assert re.fullmatch(pattern, reply), reply
         assert_valid_step(reply)
@@ -158,6 +171,7 @@ def test_missing_outlines_is_a_one_line_install_hint(monkeypatch, tiny, tiny_lla
 
 # --- a tiny random Llama: random weights are the hardest case --------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tiny(tiny_llama_dir):
     return HFChatModel(str(tiny_llama_dir), device="cpu")
@@ -168,25 +182,33 @@ def test_random_weights_always_give_a_valid_step(tiny, spare_tokens):
     first = step_format(TOOLS, final_answer=False)
     _, compiled = compile_pattern(tiny.tokenizer, pattern_of(first))
     max_new_tokens = int(compiled.to_final[compiled.initial]) + spare_tokens  # the shortest call, and more
-    scratchpad = ('Thought: I will compute it.\nAction: calculator\nAction Input: {"expression": "12*6"}'
-                  "\nObservation: 72\n")
+    scratchpad = (
+        'Thought: I will compute it.\nAction: calculator\nAction Input: {"expression": "12*6"}\nObservation: 72\n'
+    )
     for question in QUESTIONS:
         for fmt, pad in ((first, ""), (FMT, scratchpad)):
-            reply = tiny.generate(conversation(question, pad), stop=STOP_WORDS, constraint=fmt,
-                                  max_new_tokens=max_new_tokens)
+            reply = tiny.generate(
+                conversation(question, pad), stop=STOP_WORDS, constraint=fmt, max_new_tokens=max_new_tokens
+            )
             assert reply.completion_tokens <= max_new_tokens
             assert_valid_step(str(reply), fmt)
 
 
 def test_sampling_streaming_and_cache_reuse_keep_working(tiny):
     pieces: list[str] = []
-    first = tiny.generate(conversation(QUESTIONS[0]), stop=STOP_WORDS, constraint=FMT, temperature=1.0,
-                          top_p=0.9, max_new_tokens=120, on_text=pieces.append)
+    first = tiny.generate(
+        conversation(QUESTIONS[0]),
+        stop=STOP_WORDS,
+        constraint=FMT,
+        temperature=1.0,
+        top_p=0.9,
+        max_new_tokens=120,
+        on_text=pieces.append,
+    )
     assert_valid_step(str(first))
     assert "".join(pieces) == str(first) and len(pieces) > 3
     pad = str(first) + format_observation("72")
-    second = tiny.generate(conversation(QUESTIONS[0], pad), stop=STOP_WORDS, constraint=FMT,
-                           max_new_tokens=120)
+    second = tiny.generate(conversation(QUESTIONS[0], pad), stop=STOP_WORDS, constraint=FMT, max_new_tokens=120)
     assert_valid_step(str(second))  # a fresh automaton state per call
     assert second.cached_tokens > first.prompt_tokens - 8  # the first call's prompt came from the cache
 
@@ -202,7 +224,7 @@ def test_each_line_ends_within_its_token_budget(tiny):
         assert_valid_step(str(reply), fmt)
         replay = constrained.StepProcessor(vocab, compiled, [], 300, 10, [])
         allowance, used = max(10, compiled.to_line_end[compiled.initial]), 0
-        for token in spy.seen[-1][len(spy.seen[0]):]:  # every generated token but the last
+        for token in spy.seen[-1][len(spy.seen[0]) :]:  # every generated token but the last
             replay.advance(token)
             used += 1
             assert used <= allowance, reply
@@ -215,12 +237,12 @@ def test_each_line_ends_within_its_token_budget(tiny):
 def test_no_token_may_complete_a_stop_string(tiny):
     calc = step_format([Calculator()])
     for question in QUESTIONS:
-        reply = tiny.generate(conversation(question), stop=["q", "Observation:"], constraint=calc,
-                              max_new_tokens=200)
+        reply = tiny.generate(conversation(question), stop=["q", "Observation:"], constraint=calc, max_new_tokens=200)
         assert "q" not in reply.text
         assert re.fullmatch(pattern_of(calc), str(reply))
-    processor = constrained.step_processor(tiny.tokenizer, FMT, end_ids=[2], max_new_tokens=100,
-                                           stop=["Observation:", "Observation："])
+    processor = constrained.step_processor(
+        tiny.tokenizer, FMT, end_ids=[2], max_new_tokens=100, stop=["Observation:", "Observation："]
+    )
     ids = [1]
     for token in tiny.tokenizer("Thought: Observation", add_special_tokens=False)["input_ids"]:
         processor(torch.tensor([ids]), torch.zeros(1, len(tiny.tokenizer)))
@@ -263,7 +285,9 @@ def test_the_automaton_is_compiled_once_and_shared_by_models_and_threads(tiny):
 def test_the_agent_asks_for_a_tool_first_an_answer_when_stuck_and_only_the_answer_after_the_cap(scripted):
     call = 'Thought: compute\nAction: calculator\nAction Input: {"expression": "6*7"}'
     model = scripted([call, call, "Thought: done\nFinal Answer: 42"])
-    result = Agent(model, [Calculator()], max_turns=5, protocol=ReAct(working_first=False, constrained=True)).run("What is 6*7?")
+    result = Agent(model, [Calculator()], max_turns=5, protocol=ReAct(working_first=False, constrained=True)).run(
+        "What is 6*7?"
+    )
     assert [s.kind for s in result.steps] == ["action", "repeated_call", "final_answer"] and result.answer == "42"
     first, second, stuck = (c["kwargs"]["constraint"] for c in model.calls)
     assert first == step_format([Calculator()], final_answer=False)
@@ -278,14 +302,20 @@ def test_the_agent_asks_for_a_tool_first_an_answer_when_stuck_and_only_the_answe
 
 def test_every_constrained_agent_step_of_random_weights_is_valid(tiny):
     for question in QUESTIONS:
-        result = Agent(tiny, [Calculator(), book_table], max_turns=2,
-                       max_new_tokens=80, protocol=ReAct(working_first=False, constrained=True)).run(question)
+        result = Agent(
+            tiny,
+            [Calculator(), book_table],
+            max_turns=2,
+            max_new_tokens=80,
+            protocol=ReAct(working_first=False, constrained=True),
+        ).run(question)
         assert all(s.kind in VALID_KINDS for s in result.steps), result.steps
         assert result.steps[0].action in ("calculator", "book_table") and result.steps[0].observation
         assert result.answer
 
 
 # --- InternLM2: a sentencepiece vocabulary -----------------------------------------------------------
+
 
 def test_internlm2_replies_are_valid_steps(tmp_path):
     from test_internlm2 import VARIANTS, write_internlm2
@@ -296,12 +326,14 @@ def test_internlm2_replies_are_valid_steps(tmp_path):
     model = InternLM2Chat(str(tmp_path))
     for question in QUESTIONS[:3]:
         for max_new_tokens in (16, 120):
-            reply = model.generate(conversation(question), stop=STOP_WORDS, constraint=FMT,
-                                   max_new_tokens=max_new_tokens)
+            reply = model.generate(
+                conversation(question), stop=STOP_WORDS, constraint=FMT, max_new_tokens=max_new_tokens
+            )
             assert_valid_step(str(reply))
 
 
 # --- the embedded SmolLM2 ------------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_smollm2_replies_are_valid_steps_and_it_calls_a_tool(embedded_model):
@@ -311,9 +343,14 @@ def test_smollm2_replies_are_valid_steps_and_it_calls_a_tool(embedded_model):
         messages = [{"role": "system", "content": build_system_prompt(calc)}, {"role": "user", "content": question}]
         reply = embedded_model.generate(messages, stop=STOP_WORDS, constraint=fmt, max_new_tokens=40)
         assert re.fullmatch(pattern_of(fmt), str(reply)), reply
-    result = Agent(embedded_model, calc, max_turns=1, max_new_tokens=48, protocol=ReAct(working_first=False, constrained=True, search="tool")).run("What is 12 times 6?")
-    assert [s.kind for s in result.steps] in (["action", "forced_answer"],
-                                                             ["tool_error", "forced_answer"])
+    result = Agent(
+        embedded_model,
+        calc,
+        max_turns=1,
+        max_new_tokens=48,
+        protocol=ReAct(working_first=False, constrained=True, search="tool"),
+    ).run("What is 12 times 6?")
+    assert [s.kind for s in result.steps] in (["action", "forced_answer"], ["tool_error", "forced_answer"])
     assert result.steps[0].arguments is not None and result.steps[0].observation and result.answer
 
 
@@ -326,7 +363,9 @@ STEP_REPLY = 'Thought: compute it\nAction: calculator\nAction Input: {"expressio
 def test_openai_sends_the_pattern_to_servers_with_guided_decoding(field):
     with OpenAIStub([STEP_REPLY, "Thought: done\nFinal Answer: 72"]) as stub:
         model = OpenAIChatModel(stub.base_url, "stub", guided_decoding=field)
-        result = Agent(model, [Calculator()], protocol=ReAct(working_first=False, constrained=True)).run("What is 12 times 6?")
+        result = Agent(model, [Calculator()], protocol=ReAct(working_first=False, constrained=True)).run(
+            "What is 12 times 6?"
+        )
     assert result.answer == "72" and result.steps[0].observation == "72"
     first, second = (r["body"] for r in stub.requests)
     regex = first[field]["regex"] if field == "structured_outputs" else first[field]
@@ -353,14 +392,20 @@ def test_openai_says_when_replies_are_not_constrained(caplog):
 
 # --- configuration ------------------------------------------------------------------------------------
 
+
 def test_config_turns_constraints_on_for_the_embedded_model_only(tmp_path, embedded_model, scripted):
     """null follows the model: the embedded one prefers constrained decoding, any other does not; set, it wins."""
     assert embedded_model.prefers_constrained and not scripted([]).prefers_constrained
     assert load_config().agent.constrained is None
-    built = {name: build_agent(load_config(overrides=overrides), model, tools=[Calculator()]).protocol.constrained
-             for name, overrides, model in (("embedded", {}, embedded_model), ("other", {}, scripted([])),
-                                            ("asked", {"agent.constrained": True}, scripted([])),
-                                            ("refused", {"agent.constrained": False}, embedded_model))}
+    built = {
+        name: build_agent(load_config(overrides=overrides), model, tools=[Calculator()]).protocol.constrained
+        for name, overrides, model in (
+            ("embedded", {}, embedded_model),
+            ("other", {}, scripted([])),
+            ("asked", {"agent.constrained": True}, scripted([])),
+            ("refused", {"agent.constrained": False}, embedded_model),
+        )
+    }
     assert built == {"embedded": True, "other": False, "asked": True, "refused": False}
     for flag, expected in (("--constrained", True), ("--no-constrained", False), (None, None)):
         args = cli.build_parser().parse_args(["ask", *([flag] if flag else []), "q"])
@@ -403,8 +448,14 @@ def test_repetition_options_and_a_shorter_line_budget_keep_replies_valid(tiny):
     fmt = step_format([Calculator()])
     for question in QUESTIONS[:3]:
         plain = tiny.generate(conversation(question), constraint=fmt, max_new_tokens=120)
-        short = tiny.generate(conversation(question), constraint=fmt, max_new_tokens=120, max_line_tokens=6,
-                              repetition_penalty=1.3, no_repeat_ngram_size=3)
+        short = tiny.generate(
+            conversation(question),
+            constraint=fmt,
+            max_new_tokens=120,
+            max_line_tokens=6,
+            repetition_penalty=1.3,
+            no_repeat_ngram_size=3,
+        )
         for reply in (plain, short):
             assert re.fullmatch(pattern_of(fmt), str(reply)), reply
         thought = str(short).split("\n")[0]

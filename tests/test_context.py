@@ -1,4 +1,5 @@
 """The context budget: prompts are shortened deterministically and never sent over-long."""
+
 from __future__ import annotations
 
 import pytest
@@ -55,8 +56,7 @@ def test_prompts_never_exceed_the_budget_and_notes_are_recorded():
     noted = [n for s in result.steps for n in s.notes]
     assert noted and all("shortened the observation" in n for n in noted)
     shortened = [s for s in result.steps if s.raw_observation]
-    assert shortened and all(s.observation.endswith("[... shortened to fit the context window ...]")
-                             for s in shortened)
+    assert shortened and all(s.observation.endswith("[... shortened to fit the context window ...]") for s in shortened)
     assert all(len(s.raw_observation) > len(s.observation) for s in shortened)
 
 
@@ -71,7 +71,7 @@ def test_older_chat_turns_go_first():
     sent = model.calls[0]["messages"]
     assert sent[-1]["content"] == "latest question"
     kept = [m["content"] for m in sent if m["role"] == "user"][:-1]
-    assert kept and kept == [q for q, _ in history][-len(kept):]  # the newest turns survive
+    assert kept and kept == [q for q, _ in history][-len(kept) :]  # the newest turns survive
     assert "earlier conversation turn(s) omitted" in sent[0]["content"]
     assert result.steps[0].notes[0].startswith("dropped the oldest chat turn")
     assert agent.history[:5] == history  # the agent's own history is untouched
@@ -108,8 +108,9 @@ def test_real_tokenizer_and_model_stay_inside_a_small_window(tmp_path):
 
     from tinyagent.models import HFChatModel
 
-    model = HFChatModel(str(build_tiny_llama(tmp_path / "m", max_position_embeddings=1000)), device="cpu",
-                        max_new_tokens=16)
+    model = HFChatModel(
+        str(build_tiny_llama(tmp_path / "m", max_position_embeddings=1000)), device="cpu", max_new_tokens=16
+    )
     assert model.context_window == 1000
     agent = Agent(model, max_turns=1, protocol=CLASSIC)
     agent.history = [(f"Question {i}: " + "Jay Chou " * 60, "Answer " * 20) for i in range(6)]
@@ -119,8 +120,13 @@ def test_real_tokenizer_and_model_stay_inside_a_small_window(tmp_path):
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.integers(0, 5000), st.integers(0, 6), st.lists(st.integers(0, 3000), max_size=4), st.integers(1, 3000),
-       st.sampled_from(["en", "zh"]))
+@given(
+    st.integers(0, 5000),
+    st.integers(0, 6),
+    st.lists(st.integers(0, 3000), max_size=4),
+    st.integers(1, 3000),
+    st.sampled_from(["en", "zh"]),
+)
 def test_fit_always_ends_within_budget_or_says_it_cannot(question_len, turns, observations, budget, lang):
     from tinyagent.agent import Step
 

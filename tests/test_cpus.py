@@ -1,5 +1,6 @@
 """llama.cpp's default thread count from the machine: physical cores (hyper-thread siblings once), a cgroup
 quota, and the cores other work keeps busy; `threads` still overrides it."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,7 +21,7 @@ def test_hyper_threads_count_once_and_only_usable_cpus_count(tmp_path):
     # 4 cores with 2 hyper-threads each (cpu N and N+4 share a core), on one package
     root = fake_topology(tmp_path, {cpu: (0, cpu % 4) for cpu in range(8)})
     assert cpus.physical_cores(set(range(8)), root) == 4
-    assert cpus.physical_cores({0, 4}, root) == 1      # one core's two threads
+    assert cpus.physical_cores({0, 4}, root) == 1  # one core's two threads
     assert cpus.physical_cores({0, 1, 2}, root) == 3
     two_packages = fake_topology(tmp_path / "two", {0: (0, 0), 1: (1, 0)})  # same core id, other package
     assert cpus.physical_cores({0, 1}, two_packages) == 2
@@ -36,18 +37,21 @@ def test_a_cgroup_quota_is_read(tmp_path):
     assert cpus.cgroup_cpus(tmp_path / "missing") is None
 
 
-@pytest.mark.parametrize("cores, busy, quota, expected", [
-    (2, 0.0, None, 2),      # an idle 2-core machine: both
-    (2, 0.1, None, 2),      # background noise is not a busy core
-    (2, 0.6, None, 1),      # one core half busy: it would stall every barrier
-    (2, 1.9, None, 1),
-    (2, 7.0, None, 1),      # at least one
-    (8, 0.0, None, 8),
-    (16, 0.0, None, 16),
-    (16, 3.5, None, 12),
-    (8, 0.0, 2.0, 2),       # a cgroup quota of 2 CPUs
-    (8, 0.0, 0.5, 1),
-])
+@pytest.mark.parametrize(
+    "cores, busy, quota, expected",
+    [
+        (2, 0.0, None, 2),  # an idle 2-core machine: both
+        (2, 0.1, None, 2),  # background noise is not a busy core
+        (2, 0.6, None, 1),  # one core half busy: it would stall every barrier
+        (2, 1.9, None, 1),
+        (2, 7.0, None, 1),  # at least one
+        (8, 0.0, None, 8),
+        (16, 0.0, None, 16),
+        (16, 3.5, None, 12),
+        (8, 0.0, 2.0, 2),  # a cgroup quota of 2 CPUs
+        (8, 0.0, 0.5, 1),
+    ],
+)
 def test_default_threads_from_a_faked_machine(cores, busy, quota, expected):
     assert cpus.default_threads(cores=cores, busy=busy, quota=quota) == expected
 

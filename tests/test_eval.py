@@ -1,4 +1,5 @@
 """The evaluation harness: scoring rules, suite parsing, reply classification, evaluate, the CLI."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -12,8 +13,8 @@ from conftest import ScriptedModel, built_as
 from tinyagent import Agent, ReAct, tool
 from tinyagent import eval as ev
 from tinyagent.eval.scoring import extract_numbers, normalize_text, score
-from tinyagent.tools.tool import ToolError
 from tinyagent.tools.calculator import Calculator
+from tinyagent.tools.tool import ToolError
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
 CLASSIC = ReAct(working_first=False, search="tool")
@@ -23,43 +24,47 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # --- scoring ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("prediction, gold, expected", [
-    # text: normalised equality
-    ("Paris", "paris", True),
-    ("The Eiffel Tower.", "eiffel tower", True),
-    ("ＰＡＲＩＳ！", "Paris", True),                       # full width -> half width
-    ("《范特西》", "范特西", True),                          # CJK punctuation dropped
-    ("an apple", "Apple", True),                           # articles dropped
-    ("London", "Paris", False),
-    # text: the gold as a whole phrase inside the prediction
-    ("Jay Chou was born in 1979.", "1979", True),
-    ("周杰伦出生于1979年1月18日。", "1979", True),            # CJK text around the phrase
-    ("19790", "1979", False),                              # glued to digits: not the phrase
-    ("a party", "art", False),                             # inside a word: not the phrase
-    ("England shares borders with Wales and Scotland.", "scotland", True),
-    ("It is the keyboard's function keys", "keyboard function keys", False),
-    # numbers: the last number, relative tolerance 1e-4
-    ("The answer is 1024.", 1024, True),
-    ("2**10 = 1,024", 1024, True),                         # thousands comma
-    ("１０２４", 1024, True),                               # full-width digits
-    ("答案是72。", 72, True),                                # Chinese around the number
-    ("18527.42", 18527.424242, True),                      # within 1e-4 relative
-    ("18525", 18527.424242, False),                        # 1.3e-4 relative: too far
-    ("12 times 6 is 72", 72, True),                        # restated inputs first, result last
-    ("72, not 12", 72, False),                             # the last number decides
-    ("The loss is -3.5 dollars", -3.5, True),
-    ("It went from 3-4 degrees", -4, False),               # a hyphen between numbers is no minus
-    ("0", 0, True),
-    ("0.0000001", 0, False),                               # absolute 1e-9 at zero
-    ("no number here", 5, False),
-    ("−7", -7, True),                                      # the Unicode minus sign
-    # lists: any accepted answer
-    ("England borders Wales.", ["Scotland", "Wales"], True),
-    ("England borders France.", ["Scotland", "Wales"], False),
-    ("It is 53", ["fifty-three", 53], True),
-    ("", "x", False),
-    (None, 1, False),
-])
+
+@pytest.mark.parametrize(
+    "prediction, gold, expected",
+    [
+        # text: normalised equality
+        ("Paris", "paris", True),
+        ("The Eiffel Tower.", "eiffel tower", True),
+        ("ＰＡＲＩＳ！", "Paris", True),  # full width -> half width
+        ("《范特西》", "范特西", True),  # CJK punctuation dropped
+        ("an apple", "Apple", True),  # articles dropped
+        ("London", "Paris", False),
+        # text: the gold as a whole phrase inside the prediction
+        ("Jay Chou was born in 1979.", "1979", True),
+        ("周杰伦出生于1979年1月18日。", "1979", True),  # CJK text around the phrase
+        ("19790", "1979", False),  # glued to digits: not the phrase
+        ("a party", "art", False),  # inside a word: not the phrase
+        ("England shares borders with Wales and Scotland.", "scotland", True),
+        ("It is the keyboard's function keys", "keyboard function keys", False),
+        # numbers: the last number, relative tolerance 1e-4
+        ("The answer is 1024.", 1024, True),
+        ("2**10 = 1,024", 1024, True),  # thousands comma
+        ("１０２４", 1024, True),  # full-width digits
+        ("答案是72。", 72, True),  # Chinese around the number
+        ("18527.42", 18527.424242, True),  # within 1e-4 relative
+        ("18525", 18527.424242, False),  # 1.3e-4 relative: too far
+        ("12 times 6 is 72", 72, True),  # restated inputs first, result last
+        ("72, not 12", 72, False),  # the last number decides
+        ("The loss is -3.5 dollars", -3.5, True),
+        ("It went from 3-4 degrees", -4, False),  # a hyphen between numbers is no minus
+        ("0", 0, True),
+        ("0.0000001", 0, False),  # absolute 1e-9 at zero
+        ("no number here", 5, False),
+        ("−7", -7, True),  # the Unicode minus sign
+        # lists: any accepted answer
+        ("England borders Wales.", ["Scotland", "Wales"], True),
+        ("England borders France.", ["Scotland", "Wales"], False),
+        ("It is 53", ["fifty-three", 53], True),
+        ("", "x", False),
+        (None, 1, False),
+    ],
+)
 def test_score_table(prediction, gold, expected):
     assert score(prediction, gold) is expected
 
@@ -79,6 +84,7 @@ def test_score_rejects_unusable_gold():
 
 # --- suites ----------------------------------------------------------------------------------
 
+
 def write(tmp_path, text: str, name: str = "suite.jsonl") -> Path:
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
@@ -86,27 +92,35 @@ def write(tmp_path, text: str, name: str = "suite.jsonl") -> Path:
 
 
 def test_load_suite_keeps_order_types_and_extra_keys(tmp_path):
-    path = write(tmp_path, '{"id": 1, "question": "q1", "answer": 3, "source": "demo"}\n\n'
-                           '{"id": "b", "question": "q2", "answer": ["x", "y"]}\n')
+    path = write(
+        tmp_path,
+        '{"id": 1, "question": "q1", "answer": 3, "source": "demo"}\n\n'
+        '{"id": "b", "question": "q2", "answer": ["x", "y"]}\n',
+    )
     items = ev.load_suite(path)
     assert [(i.id, i.question, i.answer) for i in items] == [("1", "q1", 3), ("b", "q2", ["x", "y"])]
     assert items[0].extra == {"source": "demo"}
 
 
-@pytest.mark.parametrize("text, message", [
-    ('{"id": "a", "question": "q", "answer": 1}\n{"id": "b", "question": "q"', "suite.jsonl:2: not valid JSON"),
-    ('{"id": "a", "question": "q"}\n', "suite.jsonl:1: missing key answer"),
-    ('{"question": "q"}\n', "suite.jsonl:1: missing keys id, answer"),
-    ('["a", "q", 1]\n', "suite.jsonl:1: each line must be a JSON object"),
-    ('{"id": "a", "question": "", "answer": 1}\n', "question must be a non-empty string"),
-    ('{"id": "a", "question": "q", "answer": []}\n', "answer must be"),
-    ('{"id": "a", "question": "q", "answer": true}\n', "answer must be"),
-    ('{"id": "a", "question": "q", "answer": "?!"}\n', "answer must be"),
-    ('{"id": null, "question": "q", "answer": 1}\n', "id must be"),
-    ('{"id": "a", "question": "q", "answer": 1}\n{"id": "a", "question": "r", "answer": 2}\n',
-     "suite.jsonl:2: id 'a' is already used on line 1"),
-    ("\n\n", "the suite has no questions"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"id": "a", "question": "q", "answer": 1}\n{"id": "b", "question": "q"', "suite.jsonl:2: not valid JSON"),
+        ('{"id": "a", "question": "q"}\n', "suite.jsonl:1: missing key answer"),
+        ('{"question": "q"}\n', "suite.jsonl:1: missing keys id, answer"),
+        ('["a", "q", 1]\n', "suite.jsonl:1: each line must be a JSON object"),
+        ('{"id": "a", "question": "", "answer": 1}\n', "question must be a non-empty string"),
+        ('{"id": "a", "question": "q", "answer": []}\n', "answer must be"),
+        ('{"id": "a", "question": "q", "answer": true}\n', "answer must be"),
+        ('{"id": "a", "question": "q", "answer": "?!"}\n', "answer must be"),
+        ('{"id": null, "question": "q", "answer": 1}\n', "id must be"),
+        (
+            '{"id": "a", "question": "q", "answer": 1}\n{"id": "a", "question": "r", "answer": 2}\n',
+            "suite.jsonl:2: id 'a' is already used on line 1",
+        ),
+        ("\n\n", "the suite has no questions"),
+    ],
+)
 def test_load_suite_errors_name_file_and_line(tmp_path, text, message):
     with pytest.raises(ev.SuiteError, match="^.*" + message.replace("?", r"\?").replace("[", r"\[")):
         ev.load_suite(write(tmp_path, text))
@@ -127,7 +141,7 @@ def test_shipped_suites_load(name):
 def test_seed_demo_numeric_answers_are_right():
     """The arithmetic in the seed suite, recomputed here independently."""
     answers = {i.id: i.answer for i in ev.load_suite(ROOT / "evals" / "seed_demos.jsonl")}
-    assert answers["outlines-power"] == 2 ** 10
+    assert answers["outlines-power"] == 2**10
     assert answers["calc-add-double"] == answers["zh-calc-add-double"] == (3 + 6 + 9) * 2 + 17
     assert answers["calc-12x6"] == answers["zh-calc-12x6"] == 12 * 6
     assert abs(answers["adalflow-chain"] - (465 * 321 + 95297) / 13.2) < 1e-5
@@ -142,15 +156,18 @@ def load_make_gsm8k():
     return module
 
 
-@pytest.mark.parametrize("solution, expected", [
-    ("He has 3+4=<<3+4=7>>7\n#### 7", 7),
-    ("So the profit is $70,000\n#### 70,000", 70000),
-    ("#### 1,450,000", 1450000),
-    ("#### -3", -3),
-    ("#### 2.5", 2.5),
-    ("#### $18", 18),
-    ("a #### b #### 12", 12),
-])
+@pytest.mark.parametrize(
+    "solution, expected",
+    [
+        ("He has 3+4=<<3+4=7>>7\n#### 7", 7),
+        ("So the profit is $70,000\n#### 70,000", 70000),
+        ("#### 1,450,000", 1450000),
+        ("#### -3", -3),
+        ("#### 2.5", 2.5),
+        ("#### $18", 18),
+        ("a #### b #### 12", 12),
+    ],
+)
 def test_gsm8k_answer_parsing(solution, expected):
     value = load_make_gsm8k().parse_gsm8k_answer(solution)
     assert value == expected and type(value) is type(expected)
@@ -177,6 +194,7 @@ def test_make_gsm8k_takes_the_first_n_in_order(tmp_path):
 
 # --- evaluate with scripted agents ----------------------------------------------------------------
 
+
 @tool
 def weather(city: str) -> str:
     """Look up the weather of a city (always fails: the service is down)."""
@@ -190,8 +208,7 @@ SCRIPTS = {
     # a wrong answer, well formed
     "wrong": ["Thought: easy\nFinal Answer: 71"],
     # an unknown tool, then bad input, then prose with no Final Answer (taken as the answer)
-    "format": ["Action: abacus\nAction Input: {}", 'Action: calculator\nAction Input: {"expr": 1}',
-               "I think it is 53"],
+    "format": ["Action: abacus\nAction Input: {}", 'Action: calculator\nAction Input: {"expr": 1}', "I think it is 53"],
     # a tool that fails at run time, then a right answer: a tool error, not a format error
     "toolerr": ['Action: weather\nAction Input: {"city": "Paris"}', "Final Answer: rainy"],
     # an empty reply, a call, the same call again, then the turn cap and a forced answer
@@ -215,7 +232,13 @@ def scripted_factory(scripts: dict[str, list[str]], usage=(10, 5)):
 
     def factory():
         # the replies as written, each answer taken as it comes: what is scored is the point here
-        return Agent(model, [Calculator(), weather], max_turns=3, protocol=ReAct(working_first=False, recheck=False, thought_first=False))
+        return Agent(
+            model,
+            [Calculator(), weather],
+            max_turns=3,
+            protocol=ReAct(working_first=False, recheck=False, thought_first=False),
+        )
+
     return factory
 
 
@@ -309,28 +332,47 @@ def test_evaluate_interrupt_keeps_finished_records():
 
 # --- the command line --------------------------------------------------------------------------
 
+
 @pytest.fixture
 def scripted_config(monkeypatch):
     """build_model returns a scripted model answering by question; no weights are loaded."""
-    scripts = {"What is 12 times 6?": [CALL % "12*6", "Final Answer: 72"],
-               "周杰伦是哪一年出生的？": ["Final Answer: 他出生于1979年。"],
-               "Capital of France?": ["Maybe Lyon"]}
+    scripts = {
+        "What is 12 times 6?": [CALL % "12*6", "Final Answer: 72"],
+        "周杰伦是哪一年出生的？": ["Final Answer: 他出生于1979年。"],
+        "Capital of France?": ["Maybe Lyon"],
+    }
     model = scripted_factory(scripts)().model
     monkeypatch.setattr("tinyagent.config.build_model", built_as(model))
     return model
 
 
 def cli_suite(tmp_path) -> Path:
-    rows = [{"id": "mul", "question": "What is 12 times 6?", "answer": 72},
-            {"id": "jay", "question": "周杰伦是哪一年出生的？", "answer": "1979", "source": "TinyAgent"},
-            {"id": "fr", "question": "Capital of France?", "answer": "Paris"}]
+    rows = [
+        {"id": "mul", "question": "What is 12 times 6?", "answer": 72},
+        {"id": "jay", "question": "周杰伦是哪一年出生的？", "answer": "1979", "source": "TinyAgent"},
+        {"id": "fr", "question": "Capital of France?", "answer": "Paris"},
+    ]
     return write(tmp_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
 
 
 def test_cli_end_to_end(tmp_path, scripted_config, capsys):
     out = tmp_path / "run"
-    code = ev.main(["--suite", str(cli_suite(tmp_path)), "--tools", "calculator", "--max-turns", "2",
-                    "--out", str(out), "--concurrency", "1", "--baseline", "none"])  # progress in suite order
+    code = ev.main(
+        [
+            "--suite",
+            str(cli_suite(tmp_path)),
+            "--tools",
+            "calculator",
+            "--max-turns",
+            "2",
+            "--out",
+            str(out),
+            "--concurrency",
+            "1",
+            "--baseline",
+            "none",
+        ]
+    )  # progress in suite order
     printed = capsys.readouterr().out
     assert code == 0
     assert "[1/3] ok   mul  steps=2" in printed and "FAIL fr" in printed and "format-error" in printed
@@ -361,13 +403,16 @@ def test_cli_json_limit_and_default_out(tmp_path, scripted_config, capsys, monke
     assert folder.name.startswith("eval-suite-") and (folder / "summary.json").is_file()
 
 
-@pytest.mark.parametrize("text, args, message", [
-    (None, [], "no such suite file"),
-    ('{"id": "a", "question": "q", "answer": 1}\nnot json\n', [], "suite.jsonl:2: not valid JSON"),
-    ('{"id": "a", "answer": 1}\n', [], "suite.jsonl:1: missing key question"),
-    ('{"id": "a", "question": "q", "answer": 1}\n', ["--tools", "abacus"], "unknown tool 'abacus'"),
-    ('{"id": "a", "question": "q", "answer": 1}\n', ["--limit", "0"], "--limit must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "text, args, message",
+    [
+        (None, [], "no such suite file"),
+        ('{"id": "a", "question": "q", "answer": 1}\nnot json\n', [], "suite.jsonl:2: not valid JSON"),
+        ('{"id": "a", "answer": 1}\n', [], "suite.jsonl:1: missing key question"),
+        ('{"id": "a", "question": "q", "answer": 1}\n', ["--tools", "abacus"], "unknown tool 'abacus'"),
+        ('{"id": "a", "question": "q", "answer": 1}\n', ["--limit", "0"], "--limit must be at least 1"),
+    ],
+)
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys, text, args, message):
     suite = tmp_path / "suite.jsonl"
     if text is not None:
@@ -386,8 +431,9 @@ def test_cli_interrupt_writes_what_finished(tmp_path, monkeypatch, capsys):
             return "Final Answer: 1"
 
     monkeypatch.setattr("tinyagent.config.build_model", lambda cfg: InterruptSecond([]))
-    suite = write(tmp_path, '{"id": "a", "question": "first", "answer": 1}\n'
-                            '{"id": "b", "question": "second", "answer": 2}\n')
+    suite = write(
+        tmp_path, '{"id": "a", "question": "first", "answer": 1}\n{"id": "b", "question": "second", "answer": 2}\n'
+    )
     out = tmp_path / "o"
     assert ev.main(["--suite", str(suite), "--tools", "", "--out", str(out)]) == 130
     assert [json.loads(x)["id"] for x in (out / "results.jsonl").read_text().splitlines()] == ["a"]
@@ -413,10 +459,24 @@ def test_cli_openai_backend_runs_questions_in_parallel_over_http(tmp_path, capsy
     rows = [{"id": f"q{n}", "question": f"What is twice {n}?", "answer": 2 * n} for n in range(8)]
     suite = write(tmp_path, "".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "o"
-    with OpenAIStub(replies=reply, meet=4, fault_for=lambda b: "500" if "twice 5?" in question_of(b) else None,
-                    honour_stop=True) as stub:
-        code = ev.main(["--suite", str(suite), "--model", "stub-model", "--base-url", stub.base_url,
-                        "--tools", "calculator", "--out", str(out), "--json"])
+    with OpenAIStub(
+        replies=reply, meet=4, fault_for=lambda b: "500" if "twice 5?" in question_of(b) else None, honour_stop=True
+    ) as stub:
+        code = ev.main(
+            [
+                "--suite",
+                str(suite),
+                "--model",
+                "stub-model",
+                "--base-url",
+                stub.base_url,
+                "--tools",
+                "calculator",
+                "--out",
+                str(out),
+                "--json",
+            ]
+        )
         assert stub.max_in_flight == 4  # the default concurrency for a server is 4 (the first 4 met at the stub)
     summary = json.loads(capsys.readouterr().out)
     assert code == 0 and summary["run"]["backend"] == "openai" and summary["run"]["concurrency"] == 4
@@ -424,7 +484,9 @@ def test_cli_openai_backend_runs_questions_in_parallel_over_http(tmp_path, capsy
     assert [r["id"] for r in records] == [f"q{n}" for n in range(8)]
     assert [r["success"] for r in records] == [n != 5 for n in range(8)]
     assert "500" in records[5]["error"] and records[5]["trace"]["stop_reason"] == "model_error"
-    assert summary["agent"]["n"] == 8 and summary["agent"]["n_errors"] == 1 and summary["agent"]["success_rate"] == 0.875
+    assert (
+        summary["agent"]["n"] == 8 and summary["agent"]["n_errors"] == 1 and summary["agent"]["success_rate"] == 0.875
+    )
     direct = [json.loads(x) for x in (out / "direct.jsonl").read_text().splitlines()]  # the baseline, in parallel too
     assert [r["success"] for r in direct] == [n != 5 for n in range(8)] and "500" in direct[5]["error"]
     assert summary["direct"]["n_errors"] == 1 and summary["disagreements"] == []

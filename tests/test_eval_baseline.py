@@ -1,5 +1,6 @@
 """The eval's direct baseline beside the agent, `compare` over result folders, the chart, the provenance
 of a results folder and the progress display: on scripted models and a real OpenAI-format server."""
+
 from __future__ import annotations
 
 import hashlib
@@ -16,8 +17,8 @@ from conftest import ScriptedModel, built_as
 from openai_stub import OpenAIStub
 
 import tinyagent
-from tinyagent.cli import commands as cli
 from tinyagent import eval as ev
+from tinyagent.cli import commands as cli
 from tinyagent.engine.llama_runtime import llamacpp_available
 from tinyagent.eval import charts, compare
 from tinyagent.eval.progress import Progress
@@ -27,19 +28,27 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Two questions: one the agent gets right only with its calculator, one the model gets right only alone
 # (the agent's call goes wrong and it answers from the wrong result); and one both get right.
-ROWS = [{"id": "tool", "question": "What is 123 times 457?", "answer": 56211, "needs": "calculator"},
-        {"id": "alone", "question": "How many legs do 3 cats have?", "answer": 12},
-        {"id": "both", "question": "What is 2 plus 2?", "answer": 4}]
+ROWS = [
+    {"id": "tool", "question": "What is 123 times 457?", "answer": 56211, "needs": "calculator"},
+    {"id": "alone", "question": "How many legs do 3 cats have?", "answer": 12},
+    {"id": "both", "question": "What is 2 plus 2?", "answer": 4},
+]
 AGENT_REPLIES = {  # question -> (first reply, reply after the observation)
-    "What is 123 times 457?": ('Thought: multiply\nAction: calculator\nAction Input: {"expression": "123*457"}',
-                               "Thought: done\nFinal Answer: 56211"),
-    "How many legs do 3 cats have?": ('Thought: add\nAction: calculator\nAction Input: {"expression": "3+4"}',
-                                      "Thought: done\nFinal Answer: 7"),
+    "What is 123 times 457?": (
+        'Thought: multiply\nAction: calculator\nAction Input: {"expression": "123*457"}',
+        "Thought: done\nFinal Answer: 56211",
+    ),
+    "How many legs do 3 cats have?": (
+        'Thought: add\nAction: calculator\nAction Input: {"expression": "3+4"}',
+        "Thought: done\nFinal Answer: 7",
+    ),
     "What is 2 plus 2?": ("Thought: easy\nFinal Answer: 4", None),
 }
-DIRECT_REPLIES = {"What is 123 times 457?": "123 * 457 is about 56000.\nThe answer is 56000.",
-                  "How many legs do 3 cats have?": "Each cat has 4 legs, 3 * 4 = 12.\nThe answer is 12.",
-                  "What is 2 plus 2?": "2 + 2 = 4\nThe answer is 4."}
+DIRECT_REPLIES = {
+    "What is 123 times 457?": "123 * 457 is about 56000.\nThe answer is 56000.",
+    "How many legs do 3 cats have?": "Each cat has 4 legs, 3 * 4 = 12.\nThe answer is 12.",
+    "What is 2 plus 2?": "2 + 2 = 4\nThe answer is 4.",
+}
 
 
 def question_of(body: dict) -> str:
@@ -74,14 +83,28 @@ def stub(monkeypatch):
 
 
 def run_eval(tmp_path, stub, out: str, *extra: str) -> tuple[int, str]:
-    args = ["--suite", str(write_suite(tmp_path)), "--model", "stub-model", "--base-url", stub.base_url,
-            "--tools", "calculator", "--out", str(tmp_path / out), "--no-working-first", *extra]
+    args = [
+        "--suite",
+        str(write_suite(tmp_path)),
+        "--model",
+        "stub-model",
+        "--base-url",
+        stub.base_url,
+        "--tools",
+        "calculator",
+        "--out",
+        str(tmp_path / out),
+        "--no-working-first",
+        *extra,
+    ]
     return ev.main(args), out
 
 
 CHECKS = {  # question -> the replies after the request to check the working (working_first)
-    "What is 123 times 457?": ('Thought: I check 123 * 457\nAction: calculator\nAction Input: {"expression": "123*457"}',
-                               "Thought: the tool says 56211, not 56000.\nFinal Answer: 56211"),
+    "What is 123 times 457?": (
+        'Thought: I check 123 * 457\nAction: calculator\nAction Input: {"expression": "123*457"}',
+        "Thought: the tool says 56211, not 56000.\nFinal Answer: 56211",
+    ),
     "How many legs do 3 cats have?": ("Thought: My working is right.\nFinal Answer: 12", None),
     "What is 2 plus 2?": ("Thought: My working is right.\nFinal Answer: 4", None),
 }
@@ -100,14 +123,31 @@ def working_first_reply(body: dict) -> str:
 def test_working_first_over_http_is_the_model_alone_then_its_checks(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with OpenAIStub(replies=working_first_reply, honour_stop=True) as server:
-        code = ev.main(["--suite", str(write_suite(tmp_path)), "--model", "stub-model", "--base-url", server.base_url,
-                        "--tools", "calculator", "--protocol", "react", "--out", str(tmp_path / "wf")])
+        code = ev.main(
+            [
+                "--suite",
+                str(write_suite(tmp_path)),
+                "--model",
+                "stub-model",
+                "--base-url",
+                server.base_url,
+                "--tools",
+                "calculator",
+                "--protocol",
+                "react",
+                "--out",
+                str(tmp_path / "wf"),
+            ]
+        )
     capsys.readouterr()
     assert code == 0
     agent, direct = read_jsonl(tmp_path / "wf" / "results.jsonl"), read_jsonl(tmp_path / "wf" / "direct.jsonl")
     assert [(r["id"], r["success"]) for r in direct] == [("tool", False), ("alone", True), ("both", True)]
     assert [(r["id"], r["success"], r["format_valid"]) for r in agent] == [
-        ("tool", True, True), ("alone", True, True), ("both", True, True)]  # the check corrected the first
+        ("tool", True, True),
+        ("alone", True, True),
+        ("both", True, True),
+    ]  # the check corrected the first
     kinds = [[s["kind"] for s in r["trace"]["steps"]] for r in agent]
     assert kinds == [["working", "action", "final_answer"], ["working", "final_answer"], ["working", "final_answer"]]
     assert agent[0]["trace"]["steps"][0]["text"] == DIRECT_REPLIES["What is 123 times 457?"]
@@ -122,7 +162,10 @@ def test_the_direct_baseline_beside_the_agent_over_http(tmp_path, stub, capsys):
     agent, direct = read_jsonl(tmp_path / "run" / "results.jsonl"), read_jsonl(tmp_path / "run" / "direct.jsonl")
     assert [(r["id"], r["success"]) for r in agent] == [("tool", True), ("alone", False), ("both", True)]
     assert [(r["id"], r["success"], r["prediction"]) for r in direct] == [
-        ("tool", False, "56000"), ("alone", True, "12"), ("both", True, "4")]
+        ("tool", False, "56000"),
+        ("alone", True, "12"),
+        ("both", True, "4"),
+    ]
     assert all(r["steps"] == 1 and r["format_valid"] for r in direct)  # each ended with its answer line
     assert direct[0]["trace"]["steps"][0]["text"].endswith("The answer is 56000.")
     direct_calls = [r for r in stub.requests if len(r["body"]["messages"]) == 1]
@@ -136,12 +179,18 @@ def test_the_direct_baseline_beside_the_agent_over_http(tmp_path, stub, capsys):
     assert summary["agent"]["by_need"] == {"calculator": {"n": 1, "n_success": 1}}
     assert summary["direct"]["by_need"] == {"calculator": {"n": 1, "n_success": 0}}
     flips = {f["id"]: f["answers"] for f in summary["disagreements"]}
-    assert flips == {"tool": [{"label": "agent", "success": True, "prediction": "56211"},
-                              {"label": "direct", "success": False, "prediction": "56000"}],
-                     "alone": [{"label": "agent", "success": False, "prediction": "7"},
-                               {"label": "direct", "success": True, "prediction": "12"}]}
+    assert flips == {
+        "tool": [
+            {"label": "agent", "success": True, "prediction": "56211"},
+            {"label": "direct", "success": False, "prediction": "56000"},
+        ],
+        "alone": [
+            {"label": "agent", "success": False, "prediction": "7"},
+            {"label": "direct", "success": True, "prediction": "12"},
+        ],
+    }
 
-    table = printed[printed.index("questions "):]
+    table = printed[printed.index("questions ") :]
     assert re.search(r"^success\s+66\.7% \(2/3\)\s+66\.7% \(2/3\)$", table, re.M)
     assert re.search(r"^  questions that need calculator\s+1/1\s+0/1$", table, re.M)
     assert re.search(r"^format-valid questions \(agent\)\s+100\.0%\s+-$", table, re.M)
@@ -174,11 +223,24 @@ def test_the_direct_questions_run_at_once_so_a_local_model_batches_them(tmp_path
             return "The answer is 4."
 
     monkeypatch.setattr("tinyagent.config.build_model", lambda cfg: Meets([]))
-    code = ev.main(["--suite", str(write_suite(tmp_path)), "--baseline", "only", "--out", str(tmp_path / "o"),
-                    "--concurrency", "3"])
+    code = ev.main(
+        [
+            "--suite",
+            str(write_suite(tmp_path)),
+            "--baseline",
+            "only",
+            "--out",
+            str(tmp_path / "o"),
+            "--concurrency",
+            "3",
+        ]
+    )
     records = read_jsonl(tmp_path / "o" / "direct.jsonl")
-    assert code == 0 and [r["error"] for r in records] == [None] * 3 and [r["success"] for r in records] == [
-        False, False, True]
+    assert (
+        code == 0
+        and [r["error"] for r in records] == [None] * 3
+        and [r["success"] for r in records] == [False, False, True]
+    )
 
 
 def test_ctrl_c_in_the_baseline_keeps_the_agent_and_what_finished(tmp_path, monkeypatch, capsys):
@@ -203,8 +265,18 @@ def test_a_results_folder_says_how_it_was_made(tmp_path, monkeypatch):
     weights.write_bytes(b"GGUF" + bytes(range(256)) * 64)
     monkeypatch.setattr("tinyagent.config.build_model", lambda cfg: ScriptedModel(["The answer is 4."] * 3))
     suite = write_suite(tmp_path)
-    args = ["--suite", str(suite), "--model", str(weights), "--baseline", "only", "--max-new-tokens", "64",
-            "--out", str(tmp_path / "o")]
+    args = [
+        "--suite",
+        str(suite),
+        "--model",
+        str(weights),
+        "--baseline",
+        "only",
+        "--max-new-tokens",
+        "64",
+        "--out",
+        str(tmp_path / "o"),
+    ]
     assert ev.main(args) == 0
     run = json.loads((tmp_path / "o" / "summary.json").read_text())["run"]
     # a .gguf file runs on llama.cpp where it is installed, else on transformers
@@ -225,8 +297,9 @@ def test_a_model_checksum_is_computed_once_per_file_version(tmp_path, monkeypatc
 
     weights = tmp_path / "w.gguf"
     weights.write_bytes(b"one")
-    cfg = ev.command.config.load_config(None, {"model.backend": "hf", "model.path": str(tmp_path),
-                                               "model.gguf_file": "w.gguf"})
+    cfg = ev.command.config.load_config(
+        None, {"model.backend": "hf", "model.path": str(tmp_path), "model.gguf_file": "w.gguf"}
+    )
     reads = []
     real = provenance.file_sha256
     monkeypatch.setattr(provenance, "file_sha256", lambda p: reads.append(p) or real(p))
@@ -238,6 +311,7 @@ def test_a_model_checksum_is_computed_once_per_file_version(tmp_path, monkeypatc
 
 
 # --- compare ---------------------------------------------------------------------------------------
+
 
 class Page(HTMLParser):
     """What the comparison page holds: table rows by class, <details> blocks, and all its text."""
@@ -285,7 +359,7 @@ def test_compare_prints_one_table_flips_and_writes_the_chart(tmp_path, stub, cap
     assert pixels.shape[:2] == (490, 1100)  # 11 x (2.2 + 0.9 per column) inches at 100 dpi
     assert charts.COLOURS["agent"] != charts.COLOURS["direct"]
     for colour in (charts.COLOURS["agent"], charts.COLOURS["direct"]):  # bars of both modes are drawn
-        rgb = [int(colour[i:i + 2], 16) for i in (1, 3, 5)]
+        rgb = [int(colour[i : i + 2], 16) for i in (1, 3, 5)]
         assert (pixels == rgb).all(axis=-1).sum() > 500
 
     page = Page()
@@ -305,8 +379,24 @@ def test_compare_json_and_the_cli_command(tmp_path, stub, capsys):
     data = json.loads(captured.out)
     assert [c["label"] for c in data["columns"]] == ["first agent", "first direct", "capped agent"]
     assert "page:" in captured.err and (tmp_path / "c" / "compare.html").is_file()
-    assert cli.main(["eval", "--suite", str(write_suite(tmp_path)), "--model", "stub-model", "--base-url",
-                     stub.base_url, "--baseline", "only", "--out", str(tmp_path / "via-cli")]) == 0
+    assert (
+        cli.main(
+            [
+                "eval",
+                "--suite",
+                str(write_suite(tmp_path)),
+                "--model",
+                "stub-model",
+                "--base-url",
+                stub.base_url,
+                "--baseline",
+                "only",
+                "--out",
+                str(tmp_path / "via-cli"),
+            ]
+        )
+        == 0
+    )
     run = json.loads((tmp_path / "via-cli" / "summary.json").read_text())["run"]
     assert run["command"].startswith("tinyagent eval --suite")
 
@@ -323,16 +413,48 @@ def test_the_page_needs_no_matplotlib(tmp_path, stub, monkeypatch, capsys):
 def write_old_folder(folder: Path) -> Path:
     """A results folder as the harness wrote it before the baseline: the agent's totals at the top level."""
     folder.mkdir()
-    records = [{"id": "tool", "question": "What is 123 times 457?", "answer": 56211, "prediction": "56211",
-                "success": True, "format_valid": True, "steps": 2, "error": None},
-               {"id": "alone", "question": "How many legs do 3 cats have?", "answer": 12, "prediction": "12",
-                "success": True, "format_valid": True, "steps": 1, "error": None}]
+    records = [
+        {
+            "id": "tool",
+            "question": "What is 123 times 457?",
+            "answer": 56211,
+            "prediction": "56211",
+            "success": True,
+            "format_valid": True,
+            "steps": 2,
+            "error": None,
+        },
+        {
+            "id": "alone",
+            "question": "How many legs do 3 cats have?",
+            "answer": 12,
+            "prediction": "12",
+            "success": True,
+            "format_valid": True,
+            "steps": 1,
+            "error": None,
+        },
+    ]
     (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    (folder / "summary.json").write_text(json.dumps({
-        "n": 2, "n_success": 2, "success_rate": 1.0, "format_valid_rate": 1.0, "reply_format_valid_rate": 1.0,
-        "tool_error_rate": 0.0, "n_errors": 0, "mean_steps": 1.5, "mean_seconds": 3.0, "prompt_tokens": 100,
-        "completion_tokens": 40, "wall_seconds": 6.0,
-        "run": {"suite": "evals/x.jsonl", "backend": "hf", "model": "old", "tools": ["calculator"]}}))
+    (folder / "summary.json").write_text(
+        json.dumps(
+            {
+                "n": 2,
+                "n_success": 2,
+                "success_rate": 1.0,
+                "format_valid_rate": 1.0,
+                "reply_format_valid_rate": 1.0,
+                "tool_error_rate": 0.0,
+                "n_errors": 0,
+                "mean_steps": 1.5,
+                "mean_seconds": 3.0,
+                "prompt_tokens": 100,
+                "completion_tokens": 40,
+                "wall_seconds": 6.0,
+                "run": {"suite": "evals/x.jsonl", "backend": "hf", "model": "old", "tools": ["calculator"]},
+            }
+        )
+    )
     return folder
 
 
@@ -350,16 +472,21 @@ def test_an_older_results_folder_is_read_and_says_so(tmp_path, stub, capsys):
     assert loaded.summary["format_version"] == 1 and loaded.modes == ["agent"]
 
 
-@pytest.mark.parametrize("summary, message", [
-    (None, "no summary.json (not a results folder"),
-    ("[1, 2]", "not an eval summary (a JSON object was expected)"),
-    ('{"n": 3}', "not an eval summary (no format_version, and not the older format's totals"),
-    ('{"format_version": 3, "agent": {}}', "summary format 3 was written by a newer TinyAgent; this one reads "
-                                           "formats 1-2"),
-    ('{"format_version": "x"}', "summary format 'x' is unknown"),
-    ('{"format_version": 2, "agent": null, "direct": null}', "holds neither an agent nor a direct run"),
-    ("{not json", "summary.json: not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "summary, message",
+    [
+        (None, "no summary.json (not a results folder"),
+        ("[1, 2]", "not an eval summary (a JSON object was expected)"),
+        ('{"n": 3}', "not an eval summary (no format_version, and not the older format's totals"),
+        (
+            '{"format_version": 3, "agent": {}}',
+            "summary format 3 was written by a newer TinyAgent; this one reads formats 1-2",
+        ),
+        ('{"format_version": "x"}', "summary format 'x' is unknown"),
+        ('{"format_version": 2, "agent": null, "direct": null}', "holds neither an agent nor a direct run"),
+        ("{not json", "summary.json: not valid JSON"),
+    ],
+)
 def test_a_folder_that_cannot_be_compared_is_one_line_exit_2(tmp_path, capsys, summary, message):
     folder = tmp_path / "f"
     folder.mkdir()
@@ -380,11 +507,14 @@ def test_a_broken_results_line_and_a_missing_folder(tmp_path, capsys):
     assert "no such results folder" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda r: r.pop("prediction"), "results.jsonl:1: the record of 'tool' has no prediction, which compare reads"),
-    (lambda r: r.pop("question"), "results.jsonl:1: the record of 'tool' has no question, which compare reads"),
-    (lambda r: r.update(success="yes"), "results.jsonl:1: not a result record (its id must be text and success"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda r: r.pop("prediction"), "results.jsonl:1: the record of 'tool' has no prediction, which compare reads"),
+        (lambda r: r.pop("question"), "results.jsonl:1: the record of 'tool' has no question, which compare reads"),
+        (lambda r: r.update(success="yes"), "results.jsonl:1: not a result record (its id must be text and success"),
+    ],
+)
 def test_records_missing_what_compare_reads_are_one_line_exit_2(tmp_path, capsys, change, message):
     old = write_old_folder(tmp_path / "old")
     records = [json.loads(line) for line in (old / "results.jsonl").read_text().splitlines()]
@@ -397,9 +527,17 @@ def test_records_missing_what_compare_reads_are_one_line_exit_2(tmp_path, capsys
 
 # --- progress --------------------------------------------------------------------------------------
 
+
 def record(qid: str, success: bool) -> dict:
-    return {"id": qid, "success": success, "format_valid": True, "tool_errors": [], "error": None, "steps": 2,
-            "seconds": 1.5}
+    return {
+        "id": qid,
+        "success": success,
+        "format_valid": True,
+        "tool_errors": [],
+        "error": None,
+        "steps": 2,
+        "seconds": 1.5,
+    }
 
 
 class Terminal(io.StringIO):
@@ -430,9 +568,11 @@ def test_progress_piped_is_plain_lines():
         bar.update({**record(f"q{i}", ok), "format_valid": ok})
     bar.close()
     lines = pipe.getvalue().splitlines()
-    assert lines == ["direct [1/3] ok   q0  1.5s  right 1/1  ~1m00s left",
-                     "direct [2/3] FAIL q1  1.5s  (no answer line)  right 1/2  ~30s left",
-                     "direct [3/3] ok   q2  1.5s  right 2/3  ~0s left"]
+    assert lines == [
+        "direct [1/3] ok   q0  1.5s  right 1/1  ~1m00s left",
+        "direct [2/3] FAIL q1  1.5s  (no answer line)  right 1/2  ~30s left",
+        "direct [3/3] ok   q2  1.5s  right 2/3  ~0s left",
+    ]
     assert "\r" not in pipe.getvalue() and "\033" not in pipe.getvalue()
 
 
@@ -448,8 +588,11 @@ def test_the_agent_settings_do_not_mark_the_direct_column(tmp_path, stub, capsys
     run_eval(tmp_path, stub, "capped", "--max-turns", "1")
     data = compare.comparison([ev.load_results(tmp_path / "first"), ev.load_results(tmp_path / "capped")])
     assert [(c["label"], c["settings"]) for c in data["columns"]] == [
-        ("first agent", "reference"), ("first direct", "reference"), ("capped agent", "max_turns=1"),
-        ("capped direct", "same")]  # the model alone never sees the turn cap
+        ("first agent", "reference"),
+        ("first direct", "reference"),
+        ("capped agent", "max_turns=1"),
+        ("capped direct", "same"),
+    ]  # the model alone never sees the turn cap
 
 
 def test_a_long_answer_is_shown_by_its_end():
@@ -479,8 +622,13 @@ class Resettable(tinyagent.BaseModel):
 def test_each_question_starts_from_a_fresh_cache_when_run_one_at_a_time(tmp_path, monkeypatch, capsys, extra, resets):
     model = Resettable()
     monkeypatch.setattr(tinyagent.config, "build_model", lambda cfg: model)
-    suite = write_suite(tmp_path, [{"id": "a", "question": "What is 2 plus 2?", "answer": 4},
-                                   {"id": "b", "question": "And 2 plus 2 again?", "answer": 4}])
+    suite = write_suite(
+        tmp_path,
+        [
+            {"id": "a", "question": "What is 2 plus 2?", "answer": 4},
+            {"id": "b", "question": "And 2 plus 2 again?", "answer": 4},
+        ],
+    )
     args = ["--suite", str(suite), "--tools", "calculator", "--no-constrained", "--out", str(tmp_path / "o")]
     code = ev.main(args + (extra if "--concurrency" in extra else ["--concurrency", "1", *extra]))
     capsys.readouterr()

@@ -1,6 +1,7 @@
 """The eval's retrieve-then-answer baseline (`--baseline rag`, in the default set beside `direct`): the question
 itself sent to the run's search tool, its passages in one plain prompt, one model call. Over a real HTTP server
 in the OpenAI format and on the shipped corpus; with `compare`, the page, --resume and an MCP search tool."""
+
 from __future__ import annotations
 
 import json
@@ -26,11 +27,15 @@ from tinyagent.tools.search_tool import find_search_tool, query_argument
 HERE = Path(__file__).resolve().parent
 # Over the shipped corpus: the model alone does not know Jay Chou's birth year, retrieve-then-answer reads it
 # in the passages (in English and Chinese), and only the agent's calculator gets the product right.
-ROWS = [{"id": "jay", "question": "Which year was Jay Chou born?", "answer": "1979", "needs": "local_search"},
-        {"id": "jay-zh", "question": "周杰伦哪一年出生的？", "answer": "1979", "needs": "local_search"},
-        {"id": "calc", "question": "What is 123 times 457?", "answer": 56211, "needs": "calculator"}]
-FIRST_LINES = {kind: {lang: shipped().text(name, lang).split("\n")[0] for lang in ("en", "zh")}
-               for kind, name in (("direct", "direct.question"), ("rag", "direct.retrieval"))}
+ROWS = [
+    {"id": "jay", "question": "Which year was Jay Chou born?", "answer": "1979", "needs": "local_search"},
+    {"id": "jay-zh", "question": "周杰伦哪一年出生的？", "answer": "1979", "needs": "local_search"},
+    {"id": "calc", "question": "What is 123 times 457?", "answer": 56211, "needs": "calculator"},
+]
+FIRST_LINES = {
+    kind: {lang: shipped().text(name, lang).split("\n")[0] for lang in ("en", "zh")}
+    for kind, name in (("direct", "direct.question"), ("rag", "direct.retrieval"))
+}
 
 
 def prompt_kind(body: dict) -> tuple[str, str]:
@@ -62,8 +67,11 @@ def reader(body: dict) -> str:
         return f"Reading it: {year}.\n" + answer_line.format(year)
     if "123 times 457" in json.dumps(body["messages"], ensure_ascii=False):
         observed = "Observation:" in body["messages"][-1]["content"]
-        return ("Thought: done\nFinal Answer: 56211" if observed else
-                'Thought: multiply\nAction: calculator\nAction Input: {"expression": "123*457"}')
+        return (
+            "Thought: done\nFinal Answer: 56211"
+            if observed
+            else 'Thought: multiply\nAction: calculator\nAction Input: {"expression": "123*457"}'
+        )
     return "Thought: I remember it.\nFinal Answer: 1993"
 
 
@@ -85,8 +93,22 @@ def stub(monkeypatch):
 
 
 def run_eval(tmp_path, stub, out: str, *extra: str, tools: str = "calculator,local_search") -> int:
-    return ev.main(["--suite", str(write_suite(tmp_path)), "--model", "stub-model", "--base-url", stub.base_url,
-                    "--tools", tools, "--out", str(tmp_path / out), "--no-working-first", *extra])
+    return ev.main(
+        [
+            "--suite",
+            str(write_suite(tmp_path)),
+            "--model",
+            "stub-model",
+            "--base-url",
+            stub.base_url,
+            "--tools",
+            tools,
+            "--out",
+            str(tmp_path / out),
+            "--no-working-first",
+            *extra,
+        ]
+    )
 
 
 def test_retrieve_then_answer_beside_the_agent_and_the_model_alone_over_http(tmp_path, stub, capsys):
@@ -94,10 +116,16 @@ def test_retrieve_then_answer_beside_the_agent_and_the_model_alone_over_http(tmp
     printed = capsys.readouterr().out
     rag = read_jsonl(tmp_path / "run" / "rag.jsonl")
     assert [(r["id"], r["success"], r["prediction"]) for r in rag] == [
-        ("jay", True, "1979"), ("jay-zh", True, "1979"), ("calc", False, "56000")]
+        ("jay", True, "1979"),
+        ("jay-zh", True, "1979"),
+        ("calc", False, "56000"),
+    ]
     search, answer = rag[0]["trace"]["steps"]
     assert (search["kind"], search["action"], search["arguments"]) == (
-        "action", "local_search", {"search_query": "Which year was Jay Chou born?"})
+        "action",
+        "local_search",
+        {"search_query": "Which year was Jay Chou born?"},
+    )
     assert search["observation"].startswith("[1] Jay Chou\n") and "18 January 1979" in search["observation"]
     assert answer["kind"] == "final_answer" and answer["text"].endswith("The answer is 1979.")
     assert all(r["steps"] == 2 and r["format_valid"] and not r["tool_errors"] for r in rag)
@@ -111,14 +139,17 @@ def test_retrieve_then_answer_beside_the_agent_and_the_model_alone_over_http(tmp
     summary = json.loads((tmp_path / "run" / "summary.json").read_text(encoding="utf-8"))
     assert [summary[m]["n_success"] for m in ("agent", "direct", "rag")] == [1, 0, 2]
     assert summary["rag"]["mode"] == "rag" and summary["rag"]["mean_steps"] == 2
-    assert summary["rag"]["by_need"] == {"local_search": {"n": 2, "n_success": 2}, "calculator": {"n": 1, "n_success": 0}}
+    assert summary["rag"]["by_need"] == {
+        "local_search": {"n": 2, "n_success": 2},
+        "calculator": {"n": 1, "n_success": 0},
+    }
     assert summary["run"]["modes"] == ["agent", "direct", "rag"] and summary["run"]["search_tool"] == "local_search"
     assert summary["run"]["baseline"] == "direct,rag"
     flips = {f["id"]: [(a["label"], a["success"]) for a in f["answers"]] for f in summary["disagreements"]}
     assert flips["calc"] == [("agent", True), ("direct", False), ("rag", False)]
     assert flips["jay"] == [("agent", False), ("direct", False), ("rag", True)]
 
-    table = printed[printed.index("questions "):]
+    table = printed[printed.index("questions ") :]
     assert re.search(r"^\s+agent\s+direct\s+rag$", printed, re.M)
     assert re.search(r"^success\s+33\.3% \(1/3\)\s+0\.0% \(0/3\)\s+66\.7% \(2/3\)$", table, re.M)
     assert re.search(r"^  questions that need local_search\s+0/2\s+0/2\s+2/2$", table, re.M)
@@ -129,26 +160,34 @@ def test_retrieve_then_answer_beside_the_agent_and_the_model_alone_over_http(tmp
     assert f"rag results: {tmp_path / 'run' / 'rag.jsonl'}" in printed
 
 
-@pytest.mark.parametrize("spec, agent, search, modes", [
-    (None, True, ["local_search"], ("agent", "direct", "rag")),
-    (None, True, [], ("agent", "direct")),
-    ("direct", True, ["local_search"], ("agent", "direct")),
-    ("rag", True, ["local_search"], ("agent", "rag")),
-    ("rag,direct", False, ["local_search"], ("direct", "rag")),
-    (None, False, ["local_search"], ("direct", "rag")),
-    ("only", True, ["local_search"], ("direct",)),
-    ("none", True, ["local_search"], ("agent",)),
-])
+@pytest.mark.parametrize(
+    "spec, agent, search, modes",
+    [
+        (None, True, ["local_search"], ("agent", "direct", "rag")),
+        (None, True, [], ("agent", "direct")),
+        ("direct", True, ["local_search"], ("agent", "direct")),
+        ("rag", True, ["local_search"], ("agent", "rag")),
+        ("rag,direct", False, ["local_search"], ("direct", "rag")),
+        (None, False, ["local_search"], ("direct", "rag")),
+        ("only", True, ["local_search"], ("direct",)),
+        ("none", True, ["local_search"], ("agent",)),
+    ],
+)
 def test_which_modes_a_run_makes(spec, agent, search, modes):
     made, note = baseline_modes(spec, agent, search)
     assert made == modes
     assert (note is not None) == (spec is None and not search)
 
 
-@pytest.mark.parametrize("spec, agent, message", [
-    ("rag", True, "--baseline rag needs a search tool"), ("agent", True, "agent is not a baseline"),
-    ("none", False, "cannot go with --no-agent"), (",", True, "nothing is not a baseline"),
-])
+@pytest.mark.parametrize(
+    "spec, agent, message",
+    [
+        ("rag", True, "--baseline rag needs a search tool"),
+        ("agent", True, "agent is not a baseline"),
+        ("none", False, "cannot go with --no-agent"),
+        (",", True, "nothing is not a baseline"),
+    ],
+)
 def test_a_baseline_that_cannot_run_is_refused(spec, agent, message):
     with pytest.raises(BaselineError, match=re.escape(message)):
         baseline_modes(spec, agent, [])
@@ -195,16 +234,28 @@ def test_compare_shows_the_three_columns_and_what_only_one_got_right(tmp_path, s
     capsys.readouterr()
     assert ev.main(["compare", str(tmp_path / "first"), str(tmp_path / "second"), "--out", str(tmp_path / "c")]) == 0
     printed = capsys.readouterr().out
-    assert printed.splitlines()[0].split() == ["first", "agent", "first", "direct", "first", "rag", "second", "agent",
-                                               "second", "rag"]
+    assert printed.splitlines()[0].split() == [
+        "first",
+        "agent",
+        "first",
+        "direct",
+        "first",
+        "rag",
+        "second",
+        "agent",
+        "second",
+        "rag",
+    ]
     settings = next(line for line in printed.splitlines() if line.startswith("settings"))
     cells = re.split(r"\s{2,}", settings)[1:]
     assert cells[0] == "reference" and "max_turns=1" in cells[3] and cells[4] == "same"  # rag: no turn cap
-    assert "right in one column only: first agent 0, first direct 0, first rag 0, second agent 0, second rag 0" in printed
+    assert (
+        "right in one column only: first agent 0, first direct 0, first rag 0, second agent 0, second rag 0" in printed
+    )
     from matplotlib.image import imread
 
     pixels = (imread(tmp_path / "c" / "compare.png")[..., :3] * 255).round().astype(int)
-    rgb = [int(charts.COLOURS["rag"][i:i + 2], 16) for i in (1, 3, 5)]
+    rgb = [int(charts.COLOURS["rag"][i : i + 2], 16) for i in (1, 3, 5)]
     assert (pixels == rgb).all(axis=-1).sum() > 500  # rag's bars are drawn, in their own colour
     page = Page()
     page.feed((tmp_path / "c" / "compare.html").read_text(encoding="utf-8"))
@@ -219,6 +270,7 @@ def test_compare_shows_the_three_columns_and_what_only_one_got_right(tmp_path, s
 
 # --- on the shipped corpus, and the parts ---------------------------------------------------------
 
+
 class Reads(ScriptedModel):
     """Answers the year it finds in its prompt, as `reader` does."""
 
@@ -227,8 +279,10 @@ class Reads(ScriptedModel):
         return reader({"messages": messages})
 
 
-@pytest.mark.parametrize("question, lang, title", [("Which year was Jay Chou born?", "en", "Jay Chou"),
-                                                   ("周杰伦哪一年出生的？", "zh", "周杰伦")])
+@pytest.mark.parametrize(
+    "question, lang, title",
+    [("Which year was Jay Chou born?", "en", "Jay Chou"), ("周杰伦哪一年出生的？", "zh", "周杰伦")],
+)
 def test_retrieve_then_answer_on_the_local_corpus(question, lang, title):
     model, steps = Reads([]), []
     result = RetrieveThenAnswer(model, LocalSearch(), on_step=steps.append).run(question)
@@ -249,14 +303,29 @@ def test_a_failed_search_still_gets_an_answer_and_counts_as_a_failed_search(tmp_
     monkeypatch.setattr(tinyagent.config, "build_model", lambda cfg: Reads([]))
     monkeypatch.setattr(tinyagent.config, "build_tools", lambda cfg: [broken])
     suite = write_suite(tmp_path, ROWS[:1])
-    assert ev.main(["--suite", str(suite), "--tools", "local_search", "--baseline", "rag", "--no-agent",
-                    "--out", str(tmp_path / "o")]) == 0
+    assert (
+        ev.main(
+            [
+                "--suite",
+                str(suite),
+                "--tools",
+                "local_search",
+                "--baseline",
+                "rag",
+                "--no-agent",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 0
+    )
     record = read_jsonl(tmp_path / "o" / "rag.jsonl")[0]
     search = record["trace"]["steps"][0]
     assert search["kind"] == "tool_error" and search["error"] == "the index is offline"
     assert search["observation"] == "(the search found nothing: the index is offline)"
     assert record["prediction"] == "1993" and record["tool_errors"] == [
-        {"step": 0, "tool": "local_search", "error": "the index is offline"}]
+        {"step": 0, "tool": "local_search", "error": "the index is offline"}
+    ]
     assert re.search(r"^searches that failed \(rag\)\s+100\.0%$", capsys.readouterr().out, re.M)
 
 
@@ -298,10 +367,34 @@ def test_which_tool_is_the_search_tool_and_its_query_argument():
 def test_an_mcp_tool_marked_as_the_search_tool(tmp_path, stub, capsys):
     pytest.importorskip("mcp")
     config = tmp_path / "c.yaml"
-    config.write_text(json.dumps({"agent": {"tools": ["calculator"], "search_tool": "echo", "mcp_servers": [
-        {"command": sys.executable, "args": [str(HERE / "mcp_echo_server.py")], "tools": ["echo"]}]}}))
-    args = ["--config", str(config), "--suite", str(write_suite(tmp_path, ROWS[:1])), "--model", "stub-model",
-            "--base-url", stub.base_url, "--baseline", "rag", "--no-agent", "--out", str(tmp_path / "o")]
+    config.write_text(
+        json.dumps(
+            {
+                "agent": {
+                    "tools": ["calculator"],
+                    "search_tool": "echo",
+                    "mcp_servers": [
+                        {"command": sys.executable, "args": [str(HERE / "mcp_echo_server.py")], "tools": ["echo"]}
+                    ],
+                }
+            }
+        )
+    )
+    args = [
+        "--config",
+        str(config),
+        "--suite",
+        str(write_suite(tmp_path, ROWS[:1])),
+        "--model",
+        "stub-model",
+        "--base-url",
+        stub.base_url,
+        "--baseline",
+        "rag",
+        "--no-agent",
+        "--out",
+        str(tmp_path / "o"),
+    ]
     assert ev.main(args) == 0
     record = read_jsonl(tmp_path / "o" / "rag.jsonl")[0]
     search = record["trace"]["steps"][0]

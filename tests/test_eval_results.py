@@ -1,5 +1,6 @@
 """An evaluation's results folder (tinyagent.eval.results) through `python -m tinyagent.eval`: a rerun
 does not wipe an earlier one, --resume finishes it, --overwrite replaces it, files are replaced whole."""
+
 from __future__ import annotations
 
 import json
@@ -122,7 +123,9 @@ def test_resume_finishes_each_mode_from_its_own_file(tmp_path, suite, monkeypatc
     direct = [json.loads(line)["id"] for line in (out / "direct.jsonl").read_text().splitlines()]
     assert ids(out) == QUESTIONS and direct == QUESTIONS
     summary = json.loads((out / "summary.json").read_text())
-    assert (summary["agent"]["resumed_with"], summary["direct"]["n"]) == (2, 6) and "resumed_with" not in summary["direct"]
+    assert (summary["agent"]["resumed_with"], summary["direct"]["n"]) == (2, 6) and "resumed_with" not in summary[
+        "direct"
+    ]
     again = ByQuestion()
     assert run(monkeypatch, suite, out, again, "--baseline", "direct", "--resume") == 0
     assert again.asked == [] and "evaluating 0 questions" in capsys.readouterr().out
@@ -136,7 +139,7 @@ def test_resume_of_a_folder_written_before_approval_gives_old_records_defaults(t
     old = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     for record in old:
         del record["refused_calls"], record["edited_calls"]
-    del old[1]["success"]   # not a record any version wrote whole: q2 runs again
+    del old[1]["success"]  # not a record any version wrote whole: q2 runs again
     (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old))
     (out / "summary.json").unlink()
     model = ByQuestion()

@@ -1,6 +1,7 @@
 """The fact suites over the shipped corpus (evals/facts_dev.jsonl, evals/facts_test.jsonl): every answer is in
 its gold passages (or computed from their numbers), and the scorer's {"text", "not_within"} answer that lets
 "Jay" (Jay Chou's first album) be asked at all."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -47,19 +48,35 @@ def write(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-GOOD = {"id": "a", "question": "Who created Python?", "answer": "Guido van Rossum", "lang": "en", "hops": 1,
-        "needs": "local_search", "gold": ["Python (programming language)"]}
+GOOD = {
+    "id": "a",
+    "question": "Who created Python?",
+    "answer": "Guido van Rossum",
+    "lang": "en",
+    "hops": 1,
+    "needs": "local_search",
+    "gold": ["Python (programming language)"],
+}
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"gold": ["Python"]}, "gold titles not in the corpus: ['Python']"),
-    ({"answer": "Larry Wall"}, 'the answer "Larry Wall" is not in the gold texts'),
-    ({"answer": 26, "calc": "2017 - 1991", "needs": "local_search+calculator"}, "calc numbers not in the gold texts: [2017.0]"),
-    ({"answer": 26, "calc": "1991 - 1966", "needs": "local_search+calculator"}, "calc 1991 - 1966 = 25, not the answer 26"),
-    ({"answer": 1992}, "the number 1992 is neither in the gold texts nor given a calc"),
-    ({"answer": "Python"}, "the question itself already scores as right"),
-    ({"lang": "fr"}, "lang must be en or zh"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"gold": ["Python"]}, "gold titles not in the corpus: ['Python']"),
+        ({"answer": "Larry Wall"}, 'the answer "Larry Wall" is not in the gold texts'),
+        (
+            {"answer": 26, "calc": "2017 - 1991", "needs": "local_search+calculator"},
+            "calc numbers not in the gold texts: [2017.0]",
+        ),
+        (
+            {"answer": 26, "calc": "1991 - 1966", "needs": "local_search+calculator"},
+            "calc 1991 - 1966 = 25, not the answer 26",
+        ),
+        ({"answer": 1992}, "the number 1992 is neither in the gold texts nor given a calc"),
+        ({"answer": "Python"}, "the question itself already scores as right"),
+        ({"lang": "fr"}, "lang must be en or zh"),
+    ],
+)
 def test_a_wrong_line_is_reported(tmp_path, capsys, change, message):
     suite = write(tmp_path / "s.jsonl", [{**GOOD, **change}])
     assert checker().main([str(suite)]) == 1
@@ -68,18 +85,34 @@ def test_a_wrong_line_is_reported(tmp_path, capsys, change, message):
 
 
 def test_the_good_line_passes(tmp_path, capsys):
-    rows = [{**GOOD, "id": str(i), "question": f"{GOOD['question']} ({i})", "lang": "zh" if i % 2 else "en",
-             "hops": 2 if i < 2 else 1} for i in range(4)]
+    rows = [
+        {
+            **GOOD,
+            "id": str(i),
+            "question": f"{GOOD['question']} ({i})",
+            "lang": "zh" if i % 2 else "en",
+            "hops": 2 if i < 2 else 1,
+        }
+        for i in range(4)
+    ]
     rows[0].update(answer=21, calc="2000 - 1979", needs="local_search+calculator", gold=["Jay Chou"])
     assert checker().main([str(write(tmp_path / "s.jsonl", rows))]) == 0, capsys.readouterr().out
 
 
-@pytest.mark.parametrize("prediction, right", [
-    ("Jay", True), ("Jay Chou's first album was Jay.", True), ('The album "Jay" by Jay Chou', True),
-    ("Jay (album)", True), ("周杰伦的第一张专辑是《Jay》", True),
-    ("Jay Chou", False), ("Jay Chou's first album was Fantasy.", False), ("Jay Chou (周杰伦)", False),
-    ("Jay Chou's debut", False),
-])
+@pytest.mark.parametrize(
+    "prediction, right",
+    [
+        ("Jay", True),
+        ("Jay Chou's first album was Jay.", True),
+        ('The album "Jay" by Jay Chou', True),
+        ("Jay (album)", True),
+        ("周杰伦的第一张专辑是《Jay》", True),
+        ("Jay Chou", False),
+        ("Jay Chou's first album was Fantasy.", False),
+        ("Jay Chou (周杰伦)", False),
+        ("Jay Chou's debut", False),
+    ],
+)
 def test_an_answer_not_counted_inside_a_longer_name(prediction, right):
     assert score(prediction, JAY) is right
     assert score(prediction, [JAY, "Fantasy"]) is (right or "Fantasy" in prediction)
@@ -91,8 +124,17 @@ def test_a_mapping_answer_loads(tmp_path, answer):
     assert load_suite(path)[0].answer == answer
 
 
-@pytest.mark.parametrize("answer", [{"text": ""}, {"text": "Jay", "not_within": "Jay Chou"}, {"not_within": ["x"]},
-                                    {"text": "Jay", "other": 1}, {"text": 5}, {"text": "Jay", "not_within": [""]}])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"text": ""},
+        {"text": "Jay", "not_within": "Jay Chou"},
+        {"not_within": ["x"]},
+        {"text": "Jay", "other": 1},
+        {"text": 5},
+        {"text": "Jay", "not_within": [""]},
+    ],
+)
 def test_a_bad_mapping_answer_is_a_suite_error(tmp_path, answer):
     path = write(tmp_path / "s.jsonl", [{"id": "x", "question": "q", "answer": answer}])
     with pytest.raises(SuiteError, match=r"s.jsonl:1: answer must be .*mapping"):

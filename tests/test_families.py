@@ -1,6 +1,7 @@
 """Every model family the README promises, as a tiny random model built here in the family's own chat format:
 multi-step episodes whose prompts pass the sliding window, with stop strings, streaming and constrained
 decoding, give the same tokens (and scores) with KV-cache reuse as without it."""
+
 from __future__ import annotations
 
 import os
@@ -61,8 +62,7 @@ def free_episode(model, stop: list[str], steps: int = 4):
     pad, outs, records, streamed = "", [], [], []
     for i in range(steps):
         rec, chunks = Recorder(), []
-        out = model.generate(messages(pad), stop=stop, max_new_tokens=16, logits_processor=[rec],
-                             on_text=chunks.append)
+        out = model.generate(messages(pad), stop=stop, max_new_tokens=16, logits_processor=[rec], on_text=chunks.append)
         outs.append(out)
         records.append(rec)
         streamed.append("".join(chunks))
@@ -88,7 +88,7 @@ def test_free_episode_with_stop_strings_and_streaming_is_identical_with_reuse(pa
     family, model, fresh = pair
     model.reset_cache()
     probe = str(fresh.generate(messages(), max_new_tokens=16))
-    stop = [*STOP_WORDS, probe[len(probe) // 2: len(probe) // 2 + 2]]  # cuts the first reply midway
+    stop = [*STOP_WORDS, probe[len(probe) // 2 : len(probe) // 2 + 2]]  # cuts the first reply midway
     with_reuse, rec_a, streamed_a = free_episode(model, stop)
     without, rec_b, streamed_b = free_episode(fresh, stop)
     assert [str(o) for o in with_reuse] == [str(o) for o in without] == streamed_a == streamed_b
@@ -105,7 +105,14 @@ def test_constrained_agent_episode_is_identical_with_reuse(pair):
     for m in (model, fresh):
         m.reset_cache()
         chunks: list[str] = []
-        agent = Agent(m, TOOLS, max_turns=3, max_new_tokens=80, on_text=chunks.append, protocol=ReAct(working_first=False, constrained=True))
+        agent = Agent(
+            m,
+            TOOLS,
+            max_turns=3,
+            max_new_tokens=80,
+            on_text=chunks.append,
+            protocol=ReAct(working_first=False, constrained=True),
+        )
         runs.append((agent.run(QUESTION), "".join(chunks)))
     (a, streamed_a), (b, streamed_b) = runs
     assert [s.text for s in a.steps] == [s.text for s in b.steps] and a.answer == b.answer

@@ -1,6 +1,7 @@
 """A folder as local_search's corpus: every kind of file, unreadable ones, the on-disk index kept in step with
 the files between starts, Chinese and mixed folders, sources in observations, the CLI's output and --json, a
 damaged index rebuilt with one warning. Every test's index goes under the session's temporary TINYAGENT_CACHE."""
+
 from __future__ import annotations
 
 import json
@@ -43,17 +44,26 @@ def folder(tmp_path) -> Path:
     (docs / "guides" / "setup.md").write_text(
         "# Setup\n\nWelcome to the zorblat tools.\n\n## Installing\n\nRun the quentonizer with `--fast` to install "
         "the zorblat.\n\n```\n# not a heading\n```\n\n## Updating\n\nUpdates arrive every fortnight.\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     (docs / "notes.txt").write_text("Plain notes.\n\nThe office plant is called Gerald.\n", encoding="utf-8")
     (docs / "contact.html").write_text(
         "<html><head><title>Contact</title><script>var hidden = 'scriptword';</script>"
         "<style>.x { color: red }</style></head><body><nav>menuword</nav><h1>Contact us</h1>"
         "<p>Ring the <b>brass bell</b> twice for the porter.</p><h2>Hours</h2><p>Open from nine to five.</p>"
-        "</body></html>", encoding="utf-8")
-    write_pdf(docs / "manual.pdf", [["Manual", "The first page is about unpacking."],
-                                    ["Error codes", "Code Z9 means the flux capacitor is cold."]])
-    (docs / "facts.jsonl").write_text(json.dumps({"title": "Ostrich", "text": "An ostrich cannot fly."}) + "\n",
-                                      encoding="utf-8")
+        "</body></html>",
+        encoding="utf-8",
+    )
+    write_pdf(
+        docs / "manual.pdf",
+        [
+            ["Manual", "The first page is about unpacking."],
+            ["Error codes", "Code Z9 means the flux capacitor is cold."],
+        ],
+    )
+    (docs / "facts.jsonl").write_text(
+        json.dumps({"title": "Ostrich", "text": "An ostrich cannot fly."}) + "\n", encoding="utf-8"
+    )
     (docs / "photo.png").write_bytes(b"\x89PNG\r\n")
     (docs / ".git").mkdir()
     (docs / ".git" / "HEAD.md").write_text("# hidden\n\nsecret zorblat notes\n", encoding="utf-8")
@@ -62,22 +72,29 @@ def folder(tmp_path) -> Path:
 
 # --- reading each kind of file -------------------------------------------------------------------------
 
+
 def test_a_folder_with_each_kind_of_file_is_searched_with_sources(folder):
     search = LocalSearch(folder, top_k=1)
     assert search(search_query="how do I install the zorblat") == (
         "[1] guides/setup.md § Installing\nRun the quentonizer with `--fast` to install the zorblat.\n"
-        "```\n# not a heading\n```")
+        "```\n# not a heading\n```"
+    )
     assert search(search_query="what is the plant called") == (
-        "[1] notes.txt\nPlain notes.\nThe office plant is called Gerald.")
+        "[1] notes.txt\nPlain notes.\nThe office plant is called Gerald."
+    )
     assert search(search_query="brass bell porter") == (
-        "[1] contact.html § Contact us\nRing the brass bell twice for the porter.")
+        "[1] contact.html § Contact us\nRing the brass bell twice for the porter."
+    )
     assert search(search_query="what does code Z9 mean") == (
-        "[1] manual.pdf p. 2\nError codes\nCode Z9 means the flux capacitor is cold.")
+        "[1] manual.pdf p. 2\nError codes\nCode Z9 means the flux capacitor is cold."
+    )
     assert search(search_query="can an ostrich fly") == "[1] facts.jsonl § Ostrich\nAn ostrich cannot fly."
     for markup in ("scriptword", "menuword", "color", "hidden"):  # what a reader does not see is not searched
         assert search(search_query=markup).startswith("No results")
     assert {s for s in sources(LocalSearch(folder, top_k=10, min_score_ratio=0)(search_query="zorblat"))} == {
-        "guides/setup.md § Setup", "guides/setup.md § Installing"}  # the hidden .git folder is not read
+        "guides/setup.md § Setup",
+        "guides/setup.md § Installing",
+    }  # the hidden .git folder is not read
     assert search.index.file_count() == 5
 
 
@@ -85,11 +102,16 @@ def test_the_description_says_what_the_folder_holds(folder):
     search = LocalSearch(folder)
     assert search.description("en").startswith(
         "Searches your own documents, offline: the folder 'docs' (5 files: contact.html, facts.jsonl, manual.pdf, "
-        "notes.txt, guides/setup.md; about: Contact us, Setup). Use it for questions these documents answer.")
-    assert "文件夹 docs（5 个文件：contact.html、facts.jsonl、manual.pdf、notes.txt、guides/setup.md；内容包括：Contact us、" \
-           "Setup）" in search.description("zh")
-    assert "about: Frequently asked questions, Aurora K2 Electric Kettle - User Manual, Setting up the Aurora app, " \
-           "Contact Aurora support, 常见问题)" in LocalSearch(EXAMPLES).description("en")  # a PDF's own title too
+        "notes.txt, guides/setup.md; about: Contact us, Setup). Use it for questions these documents answer."
+    )
+    assert (
+        "文件夹 docs（5 个文件：contact.html、facts.jsonl、manual.pdf、notes.txt、guides/setup.md；内容包括：Contact us、"
+        "Setup）" in search.description("zh")
+    )
+    assert (
+        "about: Frequently asked questions, Aurora K2 Electric Kettle - User Manual, Setting up the Aurora app, "
+        "Contact Aurora support, 常见问题)" in LocalSearch(EXAMPLES).description("en")
+    )  # a PDF's own title too
     assert "encyclopedia" in LocalSearch().description("en")  # the shipped corpus keeps its own
 
 
@@ -105,8 +127,9 @@ def test_passages_are_cut_at_headings_and_paragraphs_within_a_size_bound():
 
 
 def test_a_long_markdown_section_becomes_several_bounded_passages(tmp_path):
-    (tmp_path / "long.md").write_text("# Long\n\n" + "\n\n".join(f"Paragraph {i} about walruses." * 8
-                                                                  for i in range(20)), encoding="utf-8")
+    (tmp_path / "long.md").write_text(
+        "# Long\n\n" + "\n\n".join(f"Paragraph {i} about walruses." * 8 for i in range(20)), encoding="utf-8"
+    )
     index = SearchIndex(tmp_path)
     assert index.count() > 5
     hits = index.search("walruses", 50)
@@ -115,6 +138,7 @@ def test_a_long_markdown_section_becomes_several_bounded_passages(tmp_path):
 
 
 # --- files that cannot be read ---------------------------------------------------------------------------
+
 
 def test_unreadable_files_are_listed_one_line_each_and_skipped(folder, caplog):
     (folder / "broken.pdf").write_bytes(b"%PDF-1.4 this is not really a pdf")
@@ -127,8 +151,9 @@ def test_unreadable_files_are_listed_one_line_each_and_skipped(folder, caplog):
     assert len(lines) == 4 and all("\n" not in line for line in lines)
     assert any(line.startswith("broken.pdf: skipped, not a readable PDF") for line in lines)
     assert "latin1.txt: skipped, not UTF-8 text (byte 3)" in lines
-    assert any(line.startswith("bad.jsonl: skipped, line 1: the record needs a non-empty string 'text'")
-               for line in lines)
+    assert any(
+        line.startswith("bad.jsonl: skipped, line 1: the record needs a non-empty string 'text'") for line in lines
+    )
     assert "scan.pdf: skipped, the PDF has no text layer (a scan? run OCR on it first)" in lines
     assert search(search_query="brass bell").startswith("[1] contact.html")
 
@@ -136,7 +161,7 @@ def test_unreadable_files_are_listed_one_line_each_and_skipped(folder, caplog):
     with caplog.at_level(logging.WARNING, logger="tinyagent"):
         again = SearchIndex(folder)
     assert sorted(warnings(caplog)) == sorted(lines)  # listed again at the next start ...
-    assert again.changes.read == []                   # ... without reading them again
+    assert again.changes.read == []  # ... without reading them again
 
 
 def test_an_encrypted_pdf_is_read_only_without_a_password(tmp_path, caplog):
@@ -176,6 +201,7 @@ def test_a_corpus_that_is_one_unreadable_file_is_an_error(tmp_path):
 
 # --- the index on disk, kept in step with the files ------------------------------------------------------
 
+
 def test_the_index_lives_under_the_cache_keyed_by_folder(folder, tmp_path):
     before = sorted(p.relative_to(folder) for p in folder.rglob("*"))
     index = SearchIndex(folder)
@@ -190,8 +216,7 @@ def test_the_index_lives_under_the_cache_keyed_by_folder(folder, tmp_path):
 
 def test_a_second_start_on_an_unchanged_folder_reads_no_file(folder):
     first = SearchIndex(folder)
-    assert sorted(first.changes.added) == ["contact.html", "facts.jsonl", "guides/setup.md", "manual.pdf",
-                                           "notes.txt"]
+    assert sorted(first.changes.added) == ["contact.html", "facts.jsonl", "guides/setup.md", "manual.pdf", "notes.txt"]
     second = SearchIndex(folder)
     assert second.changes.read == [] and second.changes.unchanged == 5
     assert second.search("ostrich")[0].passage.source == "facts.jsonl § Ostrich"
@@ -225,20 +250,26 @@ def test_a_damaged_index_is_rebuilt_with_one_warning(folder, caplog):
     assert warnings(caplog) == [f"the search index of {folder} was damaged (file is not a database): rebuilding it"]
     assert search.index.path == path
     assert search(search_query="ostrich").startswith("[1] facts.jsonl § Ostrich")
-    assert sorted(search.index.changes.added) == ["contact.html", "facts.jsonl", "guides/setup.md", "manual.pdf",
-                                                  "notes.txt"]
+    assert sorted(search.index.changes.added) == [
+        "contact.html",
+        "facts.jsonl",
+        "guides/setup.md",
+        "manual.pdf",
+        "notes.txt",
+    ]
 
 
 def test_an_index_damaged_inside_is_rebuilt_too(folder, caplog):
     path = SearchIndex(folder).path
     data = bytearray(path.read_bytes())
     page = 4096
-    data[page:len(data)] = b"\x07" * (len(data) - page)  # every page but the header page overwritten
+    data[page : len(data)] = b"\x07" * (len(data) - page)  # every page but the header page overwritten
     path.write_bytes(bytes(data))
     with caplog.at_level(logging.WARNING, logger="tinyagent"):
         search = LocalSearch(folder)
-    assert warnings(caplog) == [(f"the search index of {folder} was damaged (database disk image is malformed): "
-                                 "rebuilding it")]
+    assert warnings(caplog) == [
+        (f"the search index of {folder} was damaged (database disk image is malformed): rebuilding it")
+    ]
     assert search.index.path == path and search(search_query="brass bell").startswith("[1] contact.html")
 
 
@@ -263,11 +294,13 @@ def test_a_cache_that_cannot_be_written_means_an_index_in_memory(folder, tmp_pat
 
 # --- Chinese and mixed folders ---------------------------------------------------------------------------
 
+
 def test_a_chinese_folder_and_a_mixed_one(tmp_path):
     zh = tmp_path / "zh"
     zh.mkdir()
-    (zh / "手册.md").write_text("# 使用手册\n\n## 除垢\n\n每四周用白醋除垢一次。\n\n## 保修\n\n自购买之日起保修两年。\n",
-                                encoding="utf-8")
+    (zh / "手册.md").write_text(
+        "# 使用手册\n\n## 除垢\n\n每四周用白醋除垢一次。\n\n## 保修\n\n自购买之日起保修两年。\n", encoding="utf-8"
+    )
     (zh / "说明.txt").write_text("指示灯变成紫色表示正在更新固件。\n", encoding="utf-8")
     search = LocalSearch(zh, top_k=1)
     assert search(search_query="多久除一次垢？") == "[1] 手册.md § 除垢\n每四周用白醋除垢一次。"
@@ -284,44 +317,56 @@ def test_a_chinese_folder_and_a_mixed_one(tmp_path):
 
 # --- sources: in the observation, and those the answer came from -------------------------------------------
 
+
 def test_sources_are_read_back_from_an_observation():
     observation = "[1] a.md § One\nfirst\n[2] not a marker: inside the text\n\n[2] b.pdf p. 3\nsecond\n\nmore"
-    assert sources_in(observation) == [("a.md § One", "first\n[2] not a marker: inside the text"),
-                                       ("b.pdf p. 3", "second\n\nmore")]
+    assert sources_in(observation) == [
+        ("a.md § One", "first\n[2] not a marker: inside the text"),
+        ("b.pdf p. 3", "second\n\nmore"),
+    ]
     assert sources_in("No results for 'x' in the local corpus. Try other keywords.") == []
 
 
 def test_the_answer_cites_the_passages_it_came_from(scripted):
     search = LocalSearch(EXAMPLES)
-    model = scripted([
-        'Action: local_search\nAction Input: {"search_query": "error E2"}',
-        "Final Answer: E2 means the base cannot sense the kettle: lift it and set it down again.",
-    ])
+    model = scripted(
+        [
+            'Action: local_search\nAction Input: {"search_query": "error E2"}',
+            "Final Answer: E2 means the base cannot sense the kettle: lift it and set it down again.",
+        ]
+    )
     result = Agent(model, tools=[search]).run("What does error E2 on my kettle mean?")
     observation = result.steps[0].observation
     assert observation.startswith("[1] kettle-manual.pdf p. 3\nError codes\nE1: the kettle was switched on empty.")
     assert "Observation: [1] kettle-manual.pdf p. 3" in model.calls[1]["messages"][-1]["content"]
     assert cited_sources(result.steps, result.answer) == ["kettle-manual.pdf p. 3"]
-    assert cited_sources(result.steps, "I do not know.") == []       # nothing shown holds the answer
+    assert cited_sources(result.steps, "I do not know.") == []  # nothing shown holds the answer
     assert cited_sources(result.steps, "Paris") == []
     assert cited_sources([], result.answer) == []
 
 
 # --- the faces: config, the CLI and --json ---------------------------------------------------------------
 
-E2_RUN = ['Thought: I will search the documents.\nAction: local_search\nAction Input: {"search_query": "error E2"}',
-          ("Thought: I now know the final answer\nFinal Answer: The base cannot sense the kettle: lift it and set "
-           "it down again.")]
+E2_RUN = [
+    'Thought: I will search the documents.\nAction: local_search\nAction Input: {"search_query": "error E2"}',
+    (
+        "Thought: I now know the final answer\nFinal Answer: The base cannot sense the kettle: lift it and set "
+        "it down again."
+    ),
+]
 
 
 def test_ask_with_a_corpus_folder_prints_the_sources_of_the_answer(use_model, capsys):  # noqa: F811
     use_model(ScriptedModel(list(E2_RUN)))
-    code, out, err = run_cli(capsys, "ask", "--tools", "local_search", "--corpus", str(EXAMPLES),
-                             "What does error E2 mean?")
+    code, out, err = run_cli(
+        capsys, "ask", "--tools", "local_search", "--corpus", str(EXAMPLES), "What does error E2 mean?"
+    )
     assert code == 0, err
     assert "Observation: [1] kettle-manual.pdf p. 3\nError codes\n" in out
-    assert out.endswith("Final Answer: The base cannot sense the kettle: lift it and set it down again.\n"
-                        "Sources: kettle-manual.pdf p. 3\n" + out.rsplit("\n", 3)[-3] + "\n\n")
+    assert out.endswith(
+        "Final Answer: The base cannot sense the kettle: lift it and set it down again.\n"
+        "Sources: kettle-manual.pdf p. 3\n" + out.rsplit("\n", 3)[-3] + "\n\n"
+    )
     assert "Traceback" not in err
 
 
@@ -342,7 +387,8 @@ def test_a_damaged_index_under_the_cli_is_one_warning_line(use_model, capsys, fo
     code, _, err = run_cli(capsys, "ask", "--tools", "local_search", "--corpus", str(folder), "q")
     assert code == 0 and "Traceback" not in err
     assert [line for line in err.splitlines() if "warning" in line] == [
-        f"tinyagent: warning: the search index of {folder} was damaged (file is not a database): rebuilding it"]
+        f"tinyagent: warning: the search index of {folder} was damaged (file is not a database): rebuilding it"
+    ]
 
 
 def test_config_corpus_takes_a_folder_and_google_search_sits_beside_it(folder, monkeypatch):

@@ -1,6 +1,7 @@
 """The GGUF conversion cache: the first load of a local GGUF file writes the converted model, later loads
 read it; a changed file is converted again; a concurrent writer or an unwritable cache never breaks a load.
 Every test writes under a temporary TINYAGENT_CACHE (conftest), never the user's ~/.cache."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """GoogleSearch against a real HTTP server on 127.0.0.1 that speaks the Serper format."""
+
 from __future__ import annotations
 
 import json
@@ -20,16 +21,27 @@ JAY_CHOU = {
     "searchParameters": {"q": "Jay Chou birth year", "type": "search", "engine": "google"},
     "answerBox": {"title": "Jay Chou / Born", "answer": "January 18, 1979"},
     "knowledgeGraph": {
-        "title": "Jay Chou", "type": "Taiwanese singer",
+        "title": "Jay Chou",
+        "type": "Taiwanese singer",
         "description": "Jay Chou is a Taiwanese singer, songwriter and record producer.",
-        "attributes": {"Born": "January 18, 1979 (age 47 years), Linkou District, New Taipei, Taiwan",
-                       "Albums": "Jay, Fantasy, Ye Hui Mei"},
+        "attributes": {
+            "Born": "January 18, 1979 (age 47 years), Linkou District, New Taipei, Taiwan",
+            "Albums": "Jay, Fantasy, Ye Hui Mei",
+        },
     },
     "organic": [
-        {"title": "Jay Chou - Wikipedia", "link": "https://en.wikipedia.org/wiki/Jay_Chou",
-         "snippet": "Jay Chou (born 18 January 1979) is a Taiwanese singer.", "position": 1},
-        {"title": "Jay (album)", "link": "https://en.wikipedia.org/wiki/Jay_(album)",
-         "snippet": "Jay is the debut studio album by Jay Chou, released on 7 November 2000.", "position": 2},
+        {
+            "title": "Jay Chou - Wikipedia",
+            "link": "https://en.wikipedia.org/wiki/Jay_Chou",
+            "snippet": "Jay Chou (born 18 January 1979) is a Taiwanese singer.",
+            "position": 1,
+        },
+        {
+            "title": "Jay (album)",
+            "link": "https://en.wikipedia.org/wiki/Jay_(album)",
+            "snippet": "Jay is the debut studio album by Jay Chou, released on 7 November 2000.",
+            "position": 2,
+        },
     ],
 }
 
@@ -166,16 +178,20 @@ def test_timeout(serper):
 
 def test_connection_refused():
     with pytest.raises(ToolError, match="connection failed"):
-        GoogleSearch(api_key=KEY, endpoint="http://127.0.0.1:9/search", max_retries=1, backoff=0.01)(
-            search_query="q")
+        GoogleSearch(api_key=KEY, endpoint="http://127.0.0.1:9/search", max_retries=1, backoff=0.01)(search_query="q")
 
 
 def test_failures_become_observations_in_an_agent(serper, scripted):
     from tinyagent import Agent
 
     serper.plan = [(500, {})]
-    model = scripted(['Action: google_search\nAction Input: {"search_query": "Jay Chou"}',
-                      "Final Answer: I could not search.", "Final Answer: I could not search."])  # re-checked once
+    model = scripted(
+        [
+            'Action: google_search\nAction Input: {"search_query": "Jay Chou"}',
+            "Final Answer: I could not search.",
+            "Final Answer: I could not search.",
+        ]
+    )  # re-checked once
     result = Agent(model, tools=[search_tool(serper, max_retries=1)], protocol=CLASSIC).run("Jay Chou?")
     assert result.finished
     assert result.steps[0].observation.startswith("Error: Google search failed")

@@ -1,4 +1,5 @@
 """HFChatModel on a tiny random Llama the tests build: prompts, stops, streaming, usage, KV-cache reuse."""
+
 from __future__ import annotations
 
 import inspect
@@ -73,6 +74,7 @@ def scratch(content: str) -> list[dict]:
 
 # --- loading, prompts, counts ------------------------------------------------------------
 
+
 def test_loads_on_cpu_in_the_auto_dtype_and_describes_itself(model, tiny_llama_dir):
     assert next(HFChatModel(tiny_llama_dir).model.parameters()).dtype == placement("cpu", "auto")[1]
     assert model.context_window == 2048
@@ -133,12 +135,18 @@ def test_tokenizer_without_chat_template_is_refused(model, tiny_llama_dir):
 
 # --- generation --------------------------------------------------------------------------
 
+
 def test_continuation_returns_only_new_text_and_counts(model):
     messages = scratch("Thought: I")
     ids = model.encode_prompt(model.render_prompt(messages))
-    expected = model.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                    max_new_tokens=8, do_sample=False, eos_token_id=model.end_token_ids,
-                                    pad_token_id=0)[0, len(ids):].tolist()
+    expected = model.model.generate(
+        torch.tensor([ids]),
+        attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+        max_new_tokens=8,
+        do_sample=False,
+        eos_token_id=model.end_token_ids,
+        pad_token_id=0,
+    )[0, len(ids) :].tolist()
     out = model.generate(messages, max_new_tokens=8)
     assert out.text == model.tokenizer.decode(expected, skip_special_tokens=True)
     assert (out.prompt_tokens, out.completion_tokens) == (len(ids), len(expected))
@@ -176,19 +184,25 @@ def test_sampling_is_used_when_temperature_is_positive(no_reuse):
     ban = no_reuse.end_token_ids
     greedy = no_reuse.generate(QUESTION, max_new_tokens=20, logits_processor=[Ban(ban)])
     torch.manual_seed(0)
-    samples = {str(no_reuse.generate(QUESTION, max_new_tokens=20, temperature=5.0, logits_processor=[Ban(ban)]))
-               for _ in range(3)}
+    samples = {
+        str(no_reuse.generate(QUESTION, max_new_tokens=20, temperature=5.0, logits_processor=[Ban(ban)]))
+        for _ in range(3)
+    }
     assert samples != {greedy} and len(samples) > 1
 
 
 def test_unknown_option_is_rejected_with_the_valid_ones(model):
-    with pytest.raises(TypeError, match=r"HFChatModel.generate\(\) got unknown keyword argument\(s\) 'seed'; "
-                                        r"valid: constraint, max_line_tokens, max_new_tokens, no_repeat_ngram_size, on_text, "
-                                        r"repetition_penalty, temperature, tools, top_p$"):
+    with pytest.raises(
+        TypeError,
+        match=r"HFChatModel.generate\(\) got unknown keyword argument\(s\) 'seed'; "
+        r"valid: constraint, max_line_tokens, max_new_tokens, no_repeat_ngram_size, on_text, "
+        r"repetition_penalty, temperature, tools, top_p$",
+    ):
         model.generate(QUESTION, max_new_tokens=2, seed=3)
 
 
 # --- streaming ---------------------------------------------------------------------------
+
 
 def test_partial_stop_length():
     assert partial_stop_length("Thought: x\nObser", STOP) == 5
@@ -200,8 +214,13 @@ def test_partial_stop_length():
 def test_holdback_never_sends_a_stop_string_prefix():
     sent = []
     h = StopHoldback(sent.append, STOP)
-    for text in ["Thought", "Thought: 7\nObs", "Thought: 7\nObserv", "Thought: 7\nObservation: 9",
-                 "Thought: 7\nObservation: 9!"]:
+    for text in [
+        "Thought",
+        "Thought: 7\nObs",
+        "Thought: 7\nObserv",
+        "Thought: 7\nObservation: 9",
+        "Thought: 7\nObservation: 9!",
+    ]:
         h.update(text)
     assert sent == ["Thought", ": 7\n"]
     h.finish("Thought: 7\n")
@@ -222,8 +241,9 @@ def test_streamed_chunks_concatenate_to_the_returned_text(no_reuse):
     free = no_reuse.generate(QUESTION, max_new_tokens=30, logits_processor=[Ban(ban)])
     stop = pick_stop(free.text, last=True)
     chunks: list[str] = []
-    out = no_reuse.generate(QUESTION, stop=[stop], max_new_tokens=30, on_text=chunks.append,
-                            logits_processor=[Ban(ban)])
+    out = no_reuse.generate(
+        QUESTION, stop=[stop], max_new_tokens=30, on_text=chunks.append, logits_processor=[Ban(ban)]
+    )
     assert len(chunks) > 1
     assert "".join(chunks) == out.text == free.text[: free.text.find(stop)]
     assert list(no_reuse.stream(QUESTION, stop=[stop], max_new_tokens=30, logits_processor=[Ban(ban)])) == chunks
@@ -238,6 +258,7 @@ def test_stream_raises_the_generation_error(no_reuse):
 
 
 # --- KV-cache reuse ----------------------------------------------------------------------
+
 
 def run_steps(m: HFChatModel, steps: int = 4):
     """A multi-step scratchpad like the agent's: reply, observation appended, continue."""
@@ -273,8 +294,9 @@ def test_cache_reuse_is_token_for_token_identical(model, no_reuse):
 def test_new_run_reuses_only_the_verified_shared_prefix(model, no_reuse):
     run_steps(model, 2)
     other = [QUESTION[0], {"role": "user", "content": "Who wrote Hamlet?"}]
-    shared = common_prefix_length(model.encode_prompt(model.render_prompt(other)),
-                                  model.encode_prompt(model.render_prompt(QUESTION)))
+    shared = common_prefix_length(
+        model.encode_prompt(model.render_prompt(other)), model.encode_prompt(model.render_prompt(QUESTION))
+    )
     out = model.generate(other, stop=STOP, max_new_tokens=10)
     assert out.cached_tokens == shared > 0
     assert out.text == no_reuse.generate(other, stop=STOP, max_new_tokens=10).text
@@ -283,7 +305,9 @@ def test_new_run_reuses_only_the_verified_shared_prefix(model, no_reuse):
 
 
 def test_cache_is_dropped_after_a_failed_call(model, no_reuse):
-    model = HFChatModel.from_model(model.model, model.tokenizer, max_batch=1)  # one kept cache (batching: test_batching)
+    model = HFChatModel.from_model(
+        model.model, model.tokenizer, max_batch=1
+    )  # one kept cache (batching: test_batching)
     run_steps(model, 2)
 
     def boom(input_ids, scores):
@@ -345,6 +369,7 @@ def test_stream_raises_any_worker_exception_even_a_base_exception(no_reuse):
 
 # --- sliding-window attention (Mistral): reuse past the window, and no poisoned cache ------------
 
+
 @pytest.fixture(scope="module")
 def mistral(tmp_path_factory):
     from tiny_models import build_tiny_model
@@ -382,15 +407,26 @@ def test_a_failure_while_preparing_the_cache_does_not_poison_later_calls(mistral
             mistral.generate(scratch("Thought: a"), max_new_tokens=5)
     out = mistral.generate(scratch("Thought: a"), max_new_tokens=5)
     assert out.cached_tokens == 0
-    assert out.text == HFChatModel.from_model(mistral.model, mistral.tokenizer, reuse_cache=False).generate(
-        scratch("Thought: a"), max_new_tokens=5).text
+    assert (
+        out.text
+        == HFChatModel.from_model(mistral.model, mistral.tokenizer, reuse_cache=False)
+        .generate(scratch("Thought: a"), max_new_tokens=5)
+        .text
+    )
 
 
 # --- repetition within the reply -----------------------------------------------------------------
 
+
 def test_generation_options_name_what_generate_honours(model):
-    assert HFChatModel.generation_options == {"max_new_tokens", "temperature", "top_p", "repetition_penalty",
-                                              "no_repeat_ngram_size", "max_line_tokens"}
+    assert HFChatModel.generation_options == {
+        "max_new_tokens",
+        "temperature",
+        "top_p",
+        "repetition_penalty",
+        "no_repeat_ngram_size",
+        "max_line_tokens",
+    }
     for option in HFChatModel.generation_options:
         assert option in inspect.signature(HFChatModel.generate).parameters
 
@@ -419,9 +455,8 @@ def test_no_repeat_ngram_bans_within_the_reply_but_never_the_last_way_out():
 def test_no_repeat_ngram_size_stops_a_looping_reply(no_reuse):
     def bigrams(**options) -> list:
         rec = Recorder()
-        no_reuse.generate(QUESTION, max_new_tokens=60, logits_processor=[Ban(no_reuse.end_token_ids), rec],
-                          **options)
-        new = rec.inputs[-1][len(rec.inputs[0]):]  # every generated token but the last
+        no_reuse.generate(QUESTION, max_new_tokens=60, logits_processor=[Ban(no_reuse.end_token_ids), rec], **options)
+        new = rec.inputs[-1][len(rec.inputs[0]) :]  # every generated token but the last
         return list(zip(new, new[1:]))
 
     looping = bigrams()
@@ -432,18 +467,26 @@ def test_no_repeat_ngram_size_stops_a_looping_reply(no_reuse):
 
 # --- stop strings read on text: a line start, never inside <think> (issue: the ReAct protocol) ---
 
+
 def forced_reply(model, messages, text: str, stop: list[str], **kwargs):
     """`model.generate` with the tiny random model made to write `text` token by token."""
     from replay import ForceTokens, reply_ids
 
     prompt = model.render_prompt(messages)
     ids = reply_ids(model, prompt, model.encode_prompt(prompt), text)
-    return model.generate(messages, stop=stop, max_new_tokens=len(ids) + 5,
-                          logits_processor=[ForceTokens(ids, model.end_token_ids)], **kwargs)
+    return model.generate(
+        messages,
+        stop=stop,
+        max_new_tokens=len(ids) + 5,
+        logits_processor=[ForceTokens(ids, model.end_token_ids)],
+        **kwargs,
+    )
 
 
-THINKING = ("<think>The user asks for 2+2.\nObservation: I could use the calculator.\n</think>\n"
-            'Thought: use it\nAction: calculator\nAction Input: {"expression": "2+2"}\nObservation: 4\nmore')
+THINKING = (
+    "<think>The user asks for 2+2.\nObservation: I could use the calculator.\n</think>\n"
+    'Thought: use it\nAction: calculator\nAction Input: {"expression": "2+2"}\nObservation: 4\nmore'
+)
 
 
 @pytest.mark.parametrize("streamed", [False, True])
@@ -473,7 +516,18 @@ from hypothesis import strategies as st  # noqa: E402
 
 from tinyagent.engine.streaming import ReplyText  # noqa: E402
 
-REPLY_PIECES = ["Thought:", " 周杰伦", " was born in", " 1979", ".\n", "Action Input: ", '{"q": "é"}', "😀", "  ", "<|im_end|>"]
+REPLY_PIECES = [
+    "Thought:",
+    " 周杰伦",
+    " was born in",
+    " 1979",
+    ".\n",
+    "Action Input: ",
+    '{"q": "é"}',
+    "😀",
+    "  ",
+    "<|im_end|>",
+]
 
 
 @settings(max_examples=40, deadline=None)
@@ -487,7 +541,7 @@ def test_reply_text_grows_token_by_token_into_the_whole_decode(model, pieces, co
     for n in range(1, len(new) + 1):
         text = reply(new[:n])
         whole = model.decode_new(prompt, new[:n])
-        rest = whole[len(text):]
+        rest = whole[len(text) :]
         assert whole.startswith(text) and "\ufffd" not in text
         assert rest == "" or rest.endswith("\ufffd")  # all but a character still being written
     assert reply(new) == model.decode_new(prompt, new)

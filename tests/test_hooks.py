@@ -1,6 +1,7 @@
 """Hooks (tinyagent.agent.hooks): their order, what they may change (the prompt, the reply, a tool's
 arguments and output), answering a call themselves (a cache), stopping a run (a budget), and a hook
 that raises ending the run like a model error."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,8 +9,8 @@ from conftest import ScriptedModel
 
 from tinyagent import Agent, ReAct, StepKind, StopReason
 from tinyagent.agent.hooks import Hooks
-from tinyagent.runs import run_many
 from tinyagent.redaction import register_secret
+from tinyagent.runs import run_many
 from tinyagent.tools import Calculator
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
@@ -49,18 +50,34 @@ class Log(Hooks):
 def test_hooks_run_in_order_before_and_in_reverse_after():
     log: list = []
     model = ScriptedModel([CALC, "Final Answer: 42"])
-    Agent(model, [Calculator()], hooks=[Log("a", log), Log("b", log)], protocol=ReAct(working_first=False, thought_first=False)).run("6*7?")
+    Agent(
+        model,
+        [Calculator()],
+        hooks=[Log("a", log), Log("b", log)],
+        protocol=ReAct(working_first=False, thought_first=False),
+    ).run("6*7?")
     assert log == [
-        ("a", "before_run", "6*7?"), ("b", "before_run", "6*7?"),
-        ("a", "before_model", "step"), ("b", "before_model", "step"),
-        ("b", "after_model", "Though"), ("a", "after_model", "Though"),
-        ("a", "before_tool", "calculator"), ("b", "before_tool", "calculator"),
-        ("b", "after_tool", "42"), ("a", "after_tool", "42"),
-        ("a", "on_step", "action"), ("b", "on_step", "action"),
-        ("a", "before_model", "step"), ("b", "before_model", "step"),
-        ("b", "after_model", "Final "), ("a", "after_model", "Final "),
-        ("a", "on_step", "final_answer"), ("b", "on_step", "final_answer"),
-        ("b", "after_run", "final_answer"), ("a", "after_run", "final_answer")]
+        ("a", "before_run", "6*7?"),
+        ("b", "before_run", "6*7?"),
+        ("a", "before_model", "step"),
+        ("b", "before_model", "step"),
+        ("b", "after_model", "Though"),
+        ("a", "after_model", "Though"),
+        ("a", "before_tool", "calculator"),
+        ("b", "before_tool", "calculator"),
+        ("b", "after_tool", "42"),
+        ("a", "after_tool", "42"),
+        ("a", "on_step", "action"),
+        ("b", "on_step", "action"),
+        ("a", "before_model", "step"),
+        ("b", "before_model", "step"),
+        ("b", "after_model", "Final "),
+        ("a", "after_model", "Final "),
+        ("a", "on_step", "final_answer"),
+        ("b", "on_step", "final_answer"),
+        ("b", "after_run", "final_answer"),
+        ("a", "after_run", "final_answer"),
+    ]
 
 
 def test_the_forced_answer_and_distilling_are_model_calls_too():
@@ -74,8 +91,10 @@ class Rewrite(Hooks):
     """Changes this call's prompt and options before the model, and the reply after it."""
 
     def before_model(self, call):
-        call.messages = [*call.messages[:-1], {**call.messages[-1], "content": "[rewritten] " +
-                                               call.messages[-1]["content"]}]
+        call.messages = [
+            *call.messages[:-1],
+            {**call.messages[-1], "content": "[rewritten] " + call.messages[-1]["content"]},
+        ]
         call.options["temperature"] = 0.5
 
     def after_model(self, call):
@@ -84,7 +103,9 @@ class Rewrite(Hooks):
 
 def test_before_model_changes_the_prompt_and_options_and_after_model_the_reply():
     model = ScriptedModel(["Final Answer: 41"])
-    result = Agent(model, [], hooks=[Rewrite()], protocol=ReAct(working_first=False, thought_first=False)).run("6*7?")  # the prompt ends with the user
+    result = Agent(model, [], hooks=[Rewrite()], protocol=ReAct(working_first=False, thought_first=False)).run(
+        "6*7?"
+    )  # the prompt ends with the user
     sent = model.calls[0]
     assert sent["messages"][-1]["content"] == "[rewritten] 6*7?" and sent["kwargs"]["temperature"] == 0.5
     assert result.answer == "42" and result.steps[0].text == "Final Answer: 42"
@@ -111,11 +132,13 @@ def test_a_hook_can_answer_a_model_call_or_a_tool_call_itself():
     calculator = Calculator()
     cache = Cache({"6*7?": CALC}, {"6*7": "42 (cached)"})
     calculator.call = lambda **kwargs: pytest.fail("the cached call ran the tool")
-    result = Agent(model, [calculator], hooks=[cache, Log("after", log)], protocol=ReAct(working_first=False, thought_first=False)).run("6*7?")
-    assert len(model.calls) == 1   # the first reply came from the cache
+    result = Agent(
+        model, [calculator], hooks=[cache, Log("after", log)], protocol=ReAct(working_first=False, thought_first=False)
+    ).run("6*7?")
+    assert len(model.calls) == 1  # the first reply came from the cache
     assert result.steps[0].kind == StepKind.ACTION and result.steps[0].observation == "42 (cached)"
     assert ("after", "before_tool", "calculator") not in log and ("after", "after_tool", "42 (cached)") not in log
-    assert log[:2] == [("after", "before_run", "6*7?"), ("after", "on_step", "action")]   # no model hooks: settled
+    assert log[:2] == [("after", "before_run", "6*7?"), ("after", "on_step", "action")]  # no model hooks: settled
     assert result.answer == "42 (from the model)"
 
 
@@ -143,15 +166,26 @@ class Raises(Hooks):
 
     def __getattribute__(self, name):
         if name == object.__getattribute__(self, "method"):
+
             def fail(*args):
                 raise ValueError("budget store unreachable at sk-hook-secret-77")
+
             return fail
         return object.__getattribute__(self, name)
 
 
-@pytest.mark.parametrize("method, steps_before", [
-    ("before_run", 0), ("before_model", 0), ("after_model", 0), ("before_tool", 0), ("after_tool", 0),
-    ("on_step", 1), ("after_run", 2)])
+@pytest.mark.parametrize(
+    "method, steps_before",
+    [
+        ("before_run", 0),
+        ("before_model", 0),
+        ("after_model", 0),
+        ("before_tool", 0),
+        ("after_tool", 0),
+        ("on_step", 1),
+        ("after_run", 2),
+    ],
+)
 def test_a_hook_that_raises_ends_the_run_with_its_steps_kept_and_a_clear_error(method, steps_before):
     register_secret("sk-hook-secret-77")
     log: list = []
@@ -159,8 +193,10 @@ def test_a_hook_that_raises_ends_the_run_with_its_steps_kept_and_a_clear_error(m
     result = Agent(model, [Calculator()], hooks=[Log("outer", log), Raises(method)], protocol=CLASSIC).run("6*7?")
     assert result.stop_reason == StopReason.HOOK_ERROR and not result.finished and result.answer == ""
     assert result.error == f"the hook Raises.{method} raised ValueError: budget store unreachable at [REDACTED]"
-    assert [s.kind for s in result.steps] == [*[StepKind.ACTION, StepKind.FINAL_ANSWER][:steps_before],
-                                              StepKind.HOOK_ERROR]
+    assert [s.kind for s in result.steps] == [
+        *[StepKind.ACTION, StepKind.FINAL_ANSWER][:steps_before],
+        StepKind.HOOK_ERROR,
+    ]
     assert result.steps[-1].error == result.error and not result.steps[-1].kind.has_reply
     befores = [m for _, m, _ in log if m.startswith("before_")]
     afters = [m for _, m, _ in log if m.startswith("after_")]
@@ -170,9 +206,11 @@ def test_a_hook_that_raises_ends_the_run_with_its_steps_kept_and_a_clear_error(m
 def test_on_step_raising_is_a_hook_error_too():
     def on_step(step):
         raise RuntimeError("display broke")
+
     result = Agent(ScriptedModel(["Final Answer: 1"]), [], on_step=on_step, protocol=CLASSIC).run("1?")
-    assert result.stop_reason == StopReason.HOOK_ERROR and result.error == ("the hook on_step raised RuntimeError: "
-                                                                             "display broke")
+    assert result.stop_reason == StopReason.HOOK_ERROR and result.error == (
+        "the hook on_step raised RuntimeError: display broke"
+    )
 
 
 def test_ctrl_c_in_a_hook_interrupts_and_still_closes_the_outer_hooks():
@@ -191,6 +229,7 @@ def test_ctrl_c_in_a_hook_interrupts_and_still_closes_the_outer_hooks():
 def test_run_many_reports_a_hook_error_as_the_question_error():
     def factory():
         return Agent(ScriptedModel(["Final Answer: 1"]), [], hooks=[Raises("after_model")], protocol=CLASSIC)
+
     (item,) = run_many(factory, ["1?"])
     assert item.error == "the hook Raises.after_model raised ValueError: budget store unreachable at sk-hook-secret-77"
     assert item.result.stop_reason == StopReason.HOOK_ERROR

@@ -1,5 +1,6 @@
 """The shared JSON client (tinyagent.jsonhttp) against real servers on 127.0.0.1: redirects carry no key to
 another host, error text is redacted before it is cut."""
+
 from __future__ import annotations
 
 import contextlib

@@ -1,5 +1,6 @@
 """InternLM2Chat: a tiny random InternLM2 checkpoint in the real layout, converted without remote code,
 checked against a reference forward pass of the InternLM2 architecture written here."""
+
 from __future__ import annotations
 
 import io
@@ -29,8 +30,14 @@ You are an AI assistant whose name is InternLM. It is designed to be helpful, ho
 
 VARIANTS = {
     # GQA (2 query heads per key/value head), dynamic NTK rope, sharded safetensors
-    "gqa-dynamic-safetensors": {"heads": 4, "kv_heads": 2, "bias": False, "tie": False,
-                                "scaling": {"type": "dynamic", "factor": 2.0}, "fmt": "safetensors"},
+    "gqa-dynamic-safetensors": {
+        "heads": 4,
+        "kv_heads": 2,
+        "bias": False,
+        "tie": False,
+        "scaling": {"type": "dynamic", "factor": 2.0},
+        "fmt": "safetensors",
+    },
     # one query head per key/value head, biases, tied embeddings, no rope scaling, a PyTorch .bin file
     "mha-bias-tied-bin": {"heads": 4, "kv_heads": 4, "bias": True, "tie": True, "scaling": None, "fmt": "bin"},
 }
@@ -43,9 +50,20 @@ def train_sentencepiece() -> bytes:
 
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(CORPUS * 8), model_writer=model, vocab_size=420, model_type="bpe",
-        byte_fallback=True, character_coverage=1.0, normalization_rule_name="identity",
-        remove_extra_whitespaces=False, unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)
+        sentence_iterator=iter(CORPUS * 8),
+        model_writer=model,
+        vocab_size=420,
+        model_type="bpe",
+        byte_fallback=True,
+        character_coverage=1.0,
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
+        unk_id=0,
+        bos_id=1,
+        eos_id=2,
+        pad_id=-1,
+        minloglevel=2,
+    )
     proto = pb.ModelProto.FromString(model.getvalue())
     for k in range(len(SPECIALS)):
         piece = proto.pieces.add()
@@ -53,8 +71,18 @@ def train_sentencepiece() -> bytes:
     return proto.SerializeToString()
 
 
-def write_internlm2(folder, heads: int, kv_heads: int, bias: bool, tie: bool, scaling, fmt: str,
-                    add_bos: bool = True, max_pos: int = 32, seed: int = 0):
+def write_internlm2(
+    folder,
+    heads: int,
+    kv_heads: int,
+    bias: bool,
+    tie: bool,
+    scaling,
+    fmt: str,
+    add_bos: bool = True,
+    max_pos: int = 32,
+    seed: int = 0,
+):
     """A random InternLM2 chat checkpoint in the layout of internlm/internlm2-chat-*: returns (config, weights)."""
     from safetensors.torch import save_file
 
@@ -63,25 +91,76 @@ def write_internlm2(folder, heads: int, kv_heads: int, bias: bool, tie: bool, sc
     (folder / "tokenizer.model").write_bytes(sp_bytes)
     sp = spm.SentencePieceProcessor(model_proto=sp_bytes)
     n_sp = sp.get_piece_size() - len(SPECIALS)  # ids of the placeholder pieces start here
-    added = {str(i): {"content": c, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
-                      "special": True} for i, c in enumerate(["<unk>", "<s>", "</s>"])}
-    added.update({str(n_sp + k): {"content": c, "lstrip": False, "normalized": False, "rstrip": False,
-                                  "single_word": False, "special": True} for k, c in enumerate(SPECIALS)})
-    (folder / "tokenizer_config.json").write_text(json.dumps({
-        "auto_map": {"AutoTokenizer": ["tokenization_internlm2.InternLM2Tokenizer", None]},
-        "tokenizer_class": "InternLM2Tokenizer", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "</s>",
-        "unk_token": "<unk>", "add_bos_token": add_bos, "add_eos_token": False, "added_tokens_decoder": added,
-        "additional_special_tokens": SPECIALS, "clean_up_tokenization_spaces": False}))
+    added = {
+        str(i): {
+            "content": c,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": True,
+        }
+        for i, c in enumerate(["<unk>", "<s>", "</s>"])
+    }
+    added.update(
+        {
+            str(n_sp + k): {
+                "content": c,
+                "lstrip": False,
+                "normalized": False,
+                "rstrip": False,
+                "single_word": False,
+                "special": True,
+            }
+            for k, c in enumerate(SPECIALS)
+        }
+    )
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "auto_map": {"AutoTokenizer": ["tokenization_internlm2.InternLM2Tokenizer", None]},
+                "tokenizer_class": "InternLM2Tokenizer",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "pad_token": "</s>",
+                "unk_token": "<unk>",
+                "add_bos_token": add_bos,
+                "add_eos_token": False,
+                "added_tokens_decoder": added,
+                "additional_special_tokens": SPECIALS,
+                "clean_up_tokenization_spaces": False,
+            }
+        )
+    )
     hidden, layers, inter = 32, 2, 64
     config = {
-        "architectures": ["InternLM2ForCausalLM"], "model_type": "internlm2",
-        "auto_map": {"AutoConfig": "configuration_internlm2.InternLM2Config",
-                     "AutoModelForCausalLM": "modeling_internlm2.InternLM2ForCausalLM"},
-        "attn_implementation": "eager", "bias": bias, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2,
-        "hidden_act": "silu", "hidden_size": hidden, "initializer_range": 0.02, "intermediate_size": inter,
-        "max_position_embeddings": max_pos, "num_attention_heads": heads, "num_hidden_layers": layers,
-        "num_key_value_heads": kv_heads, "rms_norm_eps": 1e-5, "rope_scaling": scaling, "rope_theta": 1000000,
-        "tie_word_embeddings": tie, "torch_dtype": "float32", "use_cache": True, "vocab_size": sp.get_piece_size()}
+        "architectures": ["InternLM2ForCausalLM"],
+        "model_type": "internlm2",
+        "auto_map": {
+            "AutoConfig": "configuration_internlm2.InternLM2Config",
+            "AutoModelForCausalLM": "modeling_internlm2.InternLM2ForCausalLM",
+        },
+        "attn_implementation": "eager",
+        "bias": bias,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 2,
+        "hidden_act": "silu",
+        "hidden_size": hidden,
+        "initializer_range": 0.02,
+        "intermediate_size": inter,
+        "max_position_embeddings": max_pos,
+        "num_attention_heads": heads,
+        "num_hidden_layers": layers,
+        "num_key_value_heads": kv_heads,
+        "rms_norm_eps": 1e-5,
+        "rope_scaling": scaling,
+        "rope_theta": 1000000,
+        "tie_word_embeddings": tie,
+        "torch_dtype": "float32",
+        "use_cache": True,
+        "vocab_size": sp.get_piece_size(),
+    }
     (folder / "config.json").write_text(json.dumps(config))
     g = torch.Generator().manual_seed(seed)
 
@@ -90,22 +169,33 @@ def write_internlm2(folder, heads: int, kv_heads: int, bias: bool, tie: bool, sc
 
     head_dim = hidden // heads
     qkv_rows = (heads + 2 * kv_heads) * head_dim
-    w = {"model.tok_embeddings.weight": rand(config["vocab_size"], hidden, scale=1.0),
-         "model.norm.weight": 1 + rand(hidden)}
+    w = {
+        "model.tok_embeddings.weight": rand(config["vocab_size"], hidden, scale=1.0),
+        "model.norm.weight": 1 + rand(hidden),
+    }
     if not tie:
         w["output.weight"] = rand(config["vocab_size"], hidden)
     for i in range(layers):
         p = f"model.layers.{i}."
-        w.update({p + "attention.wqkv.weight": rand(qkv_rows, hidden), p + "attention.wo.weight": rand(hidden, hidden),
-                  p + "feed_forward.w1.weight": rand(inter, hidden), p + "feed_forward.w3.weight": rand(inter, hidden),
-                  p + "feed_forward.w2.weight": rand(hidden, inter), p + "attention_norm.weight": 1 + rand(hidden),
-                  p + "ffn_norm.weight": 1 + rand(hidden)})
+        w.update(
+            {
+                p + "attention.wqkv.weight": rand(qkv_rows, hidden),
+                p + "attention.wo.weight": rand(hidden, hidden),
+                p + "feed_forward.w1.weight": rand(inter, hidden),
+                p + "feed_forward.w3.weight": rand(inter, hidden),
+                p + "feed_forward.w2.weight": rand(hidden, inter),
+                p + "attention_norm.weight": 1 + rand(hidden),
+                p + "ffn_norm.weight": 1 + rand(hidden),
+            }
+        )
         if bias:
             w.update({p + "attention.wqkv.bias": rand(qkv_rows), p + "attention.wo.bias": rand(hidden)})
     if fmt == "safetensors":  # two shards and an index, as the real checkpoints ship
         names = sorted(w)
-        shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
-                  "model-00002-of-00002.safetensors": names[len(names) // 2:]}
+        shards = {
+            "model-00001-of-00002.safetensors": names[: len(names) // 2],
+            "model-00002-of-00002.safetensors": names[len(names) // 2 :],
+        }
         for file, keys in shards.items():
             save_file({k: w[k].contiguous() for k in keys}, str(folder / file), metadata={"format": "pt"})
         weight_map = {k: file for file, keys in shards.items() for k in keys}
@@ -135,7 +225,7 @@ def reference_logits(config: dict, w: dict, ids: list[int]) -> torch.Tensor:
     cos, sin = angles.cos(), angles.sin()
 
     def rope(x):  # (heads, T, hd): rotate the two halves of each head
-        return x * cos + torch.cat([-x[..., hd // 2:], x[..., : hd // 2]], -1) * sin
+        return x * cos + torch.cat([-x[..., hd // 2 :], x[..., : hd // 2]], -1) * sin
 
     x = W["model.tok_embeddings.weight"][ids]
     causal = torch.full((T, T), -math.inf, dtype=torch.float64).triu(1)
@@ -172,6 +262,7 @@ def chat(tmp_path_factory):
 
 
 # --- conversion --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("length", [12, 48])  # 48 > max_position_embeddings: dynamic NTK scaling applies
 def test_converted_logits_match_the_reference_forward(checkpoint, length):
@@ -231,6 +322,7 @@ def test_missing_weights_are_reported(tmp_path):
 
 # --- tokenizer ---------------------------------------------------------------------------
 
+
 def test_tokenizer_reads_special_tokens_from_the_config(chat):
     tok = chat.tokenizer
     n_sp = tok.sp_model.get_piece_size() - len(SPECIALS)
@@ -245,8 +337,9 @@ def test_tokenizer_reads_special_tokens_from_the_config(chat):
     assert {n_sp + 4, 2} <= set(chat.end_token_ids)
 
 
-@pytest.mark.parametrize("text", ["Thought: I need to search.\nAction: google_search", "周杰伦哪年出生？ 1979年",
-                                  "emoji 🙂 and  two spaces"])
+@pytest.mark.parametrize(
+    "text", ["Thought: I need to search.\nAction: google_search", "周杰伦哪年出生？ 1979年", "emoji 🙂 and  two spaces"]
+)
 def test_tokenizer_matches_sentencepiece_and_round_trips(chat, text):
     tok = chat.tokenizer
     assert tok(text, add_special_tokens=False)["input_ids"] == tok.sp_model.encode(text)
@@ -267,28 +360,37 @@ def test_decoding_new_tokens_keeps_their_leading_space(chat):
     prompt = tok("Thought: I", add_special_tokens=False)["input_ids"]
     full = tok("Thought: I need", add_special_tokens=False)["input_ids"]
     assert full[: len(prompt)] == prompt
-    assert chat.decode_new(prompt, full[len(prompt):]) == " need"
+    assert chat.decode_new(prompt, full[len(prompt) :]) == " need"
 
 
 # --- prompt and generation ---------------------------------------------------------------
 
+
 def test_prompt_format_with_default_meta_instruction(chat):
-    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
-                {"role": "user", "content": "2+2?"}]
+    messages = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": "2+2?"},
+    ]
     assert chat.render_prompt(messages) == (
         f"<|im_start|>system\n{DEFAULT_META_INSTRUCTION}<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-        "<|im_start|>assistant\nHello<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n")
+        "<|im_start|>assistant\nHello<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"
+    )
     ids = chat.encode_prompt(chat.render_prompt(messages))
     assert ids[0] == chat.tokenizer.bos_token_id and ids[1] == chat.tokenizer.convert_tokens_to_ids("<|im_start|>")
     assert ids.count(chat.tokenizer.bos_token_id) == 1
 
 
 def test_prompt_with_system_message_and_continued_assistant(chat):
-    messages = [{"role": "system", "content": "Use tools."}, {"role": "user", "content": "2+2?"},
-                {"role": "assistant", "content": "Thought: add"}]
+    messages = [
+        {"role": "system", "content": "Use tools."},
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "Thought: add"},
+    ]
     assert chat.render_prompt(messages) == (
         "<|im_start|>system\nUse tools.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
-        "<|im_start|>assistant\nThought: add")
+        "<|im_start|>assistant\nThought: add"
+    )
 
 
 def test_generation_ends_at_im_end_and_reuses_the_cache(chat):

@@ -1,4 +1,5 @@
 """Ctrl-C (SIGINT) in a real `tinyagent` process stops promptly, reports, keeps the trace, exits 130."""
+
 from __future__ import annotations
 
 import json
@@ -17,9 +18,14 @@ CALL = 'Thought: compute\nAction: calculator\nAction Input: {"expression": "6*7"
 def start_cli(args, tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     env.pop("SERPER_API_KEY", None)
-    return subprocess.Popen([sys.executable, "-m", "tinyagent", *args, "--trace", str(tmp_path / "t.jsonl")],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tinyagent", *args, "--trace", str(tmp_path / "t.jsonl")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def communicate_or_kill(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
@@ -67,8 +73,10 @@ def test_ctrl_c_during_generation(tmp_path, command):
 
 def test_the_next_run_starts_normally(tmp_path):
     with OpenAIStub([CALL, "Final Answer: 42"]) as stub:
-        proc = start_cli(["ask", "--base-url", stub.base_url, "--model", "stub", "--tools", "calculator",
-                          "What is 6 times 7?"], tmp_path)
+        proc = start_cli(
+            ["ask", "--base-url", stub.base_url, "--model", "stub", "--tools", "calculator", "What is 6 times 7?"],
+            tmp_path,
+        )
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert "Final Answer: 42" in out

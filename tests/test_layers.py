@@ -1,6 +1,7 @@
 """The package's layers: every import of a project module points down (or sideways within a layer, with
 no circle), and no project module is imported inside a function. Read from the source with `ast`, so
 imports that only run under TYPE_CHECKING, or in a branch, count too."""
+
 from __future__ import annotations
 
 import ast
@@ -14,14 +15,24 @@ PACKAGE = ROOT / "tinyagent"
 #: Module-name prefix -> (layer, room). A module belongs to the longest prefix that names it. Within a
 #: layer a room imports only the rooms listed in SIDEWAYS, besides its own.
 LAYERS = {
-    "tinyagent.text": (0, "leaves"), "tinyagent.redaction": (0, "leaves"), "tinyagent.jsonhttp": (0, "leaves"),
-    "tinyagent.traces": (0, "leaves"), "tinyagent.version": (0, "leaves"),
+    "tinyagent.text": (0, "leaves"),
+    "tinyagent.redaction": (0, "leaves"),
+    "tinyagent.jsonhttp": (0, "leaves"),
+    "tinyagent.traces": (0, "leaves"),
+    "tinyagent.version": (0, "leaves"),
     "tinyagent.format": (1, "format"),
-    "tinyagent.engine": (2, "engine"), "tinyagent.models": (2, "models"), "tinyagent.tools": (2, "tools"),
+    "tinyagent.engine": (2, "engine"),
+    "tinyagent.models": (2, "models"),
+    "tinyagent.tools": (2, "tools"),
     "tinyagent.agent": (3, "agent"),
-    "tinyagent.runs": (4, "runs"), "tinyagent.config": (4, "runs"), "tinyagent.eval": (4, "runs"),
-    "tinyagent.tutorial": (4, "runs"), "tinyagent.store": (4, "runs"),
-    "tinyagent.cli": (5, "faces"), "tinyagent.web": (5, "faces"), "tinyagent.serve": (5, "faces"),
+    "tinyagent.runs": (4, "runs"),
+    "tinyagent.config": (4, "runs"),
+    "tinyagent.eval": (4, "runs"),
+    "tinyagent.tutorial": (4, "runs"),
+    "tinyagent.store": (4, "runs"),
+    "tinyagent.cli": (5, "faces"),
+    "tinyagent.web": (5, "faces"),
+    "tinyagent.serve": (5, "faces"),
     "tinyagent.__main__": (5, "faces"),
     # the public face sits above everything it names
     "tinyagent": (6, "face"),
@@ -42,8 +53,9 @@ MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 def place(name: str) -> tuple[int, str]:
     """A module's (layer, room): its own entry, or its package's; a new top-level module has none."""
-    prefix = max((p for p in LAYERS if name == p or (p != "tinyagent" and name.startswith(p + "."))), key=len,
-                 default=None)
+    prefix = max(
+        (p for p in LAYERS if name == p or (p != "tinyagent" and name.startswith(p + "."))), key=len, default=None
+    )
     if prefix is None:
         raise KeyError(f"{name} has no layer: add it to LAYERS")
     return LAYERS[prefix]
@@ -190,9 +202,11 @@ def test_the_check_sees_an_upward_arrow_and_a_circle():
     edges["tinyagent.format.prompts"] = edges["tinyagent.format.prompts"] + imports("tinyagent.format.prompts", planted)
     assert problems(edges) == [
         "tinyagent.format.prompts:2 imports tinyagent.agent.loop inside a function",
-        "tinyagent.format.prompts:2 imports tinyagent.agent.loop: format (layer 1) -> agent (layer 3)"]
+        "tinyagent.format.prompts:2 imports tinyagent.agent.loop: format (layer 1) -> agent (layer 3)",
+    ]
     assert ["tinyagent.agent.loop", "tinyagent.format.prompts"] in [
-        [m for m in c if m in ("tinyagent.agent.loop", "tinyagent.format.prompts")] for c in circles(edges)]
+        [m for m in c if m in ("tinyagent.agent.loop", "tinyagent.format.prompts")] for c in circles(edges)
+    ]
 
 
 @pytest.mark.parametrize("script", sorted(p.stem for p in (ROOT / "bench").glob("*.py")))

@@ -1,6 +1,7 @@
 """A GGUF file whose weight type has no fast kernels here is converted once with llama.cpp's own quantizer,
 cached under TINYAGENT_CACHE, reused at every later start, kept as it is with weight_type "file", and
 converted again when the cached file is incomplete or corrupt (the embedded SmolLM2 Q4_1 file)."""
+
 from __future__ import annotations
 
 import logging
@@ -51,13 +52,13 @@ def test_the_file_type_is_read_from_the_header(tmp_path):
 
 
 def test_which_type_auto_picks():
-    assert auto_type("q4_1", {"avx2", "fma"}) == "q8_0"          # Q8_0 keeps a 4-bit block's values
+    assert auto_type("q4_1", {"avx2", "fma"}) == "q8_0"  # Q8_0 keeps a 4-bit block's values
     assert auto_type("q4_1", {"avx2", "avx512_bf16"}) == "bf16"  # native BF16 products
     for fast in ("q4_0", "q8_0", "q4_k_m", "f16", "bf16", None):  # kernels (or a repack) exist: kept
         assert auto_type(fast, {"avx2"}) is None
     assert target_type("file", "q4_1", {"avx2"}) is None
     assert target_type("q4_0", "q4_1", {"avx2"}) == "q4_0"
-    assert target_type("q8_0", "q8_0", {"avx2"}) is None          # already that type
+    assert target_type("q8_0", "q8_0", {"avx2"}) is None  # already that type
     with pytest.raises(ValueError, match=r"^unknown weight_type 'q3': use auto, file, q8_0, q4_0, f16, bf16$"):
         target_type("q3", "q4_1", set())
 

@@ -2,6 +2,7 @@
 them, stop strings at a line start and never in a think block, streaming, reuse equal to no reuse,
 constrained replies, cancel, concurrent callers stepped together, kept conversations, the context window, bad
 files."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from replay import ForceTokens, reply_ids
 
 from tinyagent import Agent, ReAct
 from tinyagent.format.prompts import STOP_WORDS, build_system_prompt
 from tinyagent.format.step_format import pattern_of, step_format
 from tinyagent.models.embedded import GENERATION_DEFAULTS, embedded_gguf_path
-from replay import ForceTokens, reply_ids
 from tinyagent.tools import Calculator
 from tinyagent.tools.local_search import LocalSearch
 
@@ -28,8 +29,10 @@ from tinyagent.models.llamacpp import LlamaCppModel  # noqa: E402
 
 pytestmark = pytest.mark.slow
 TOOLS = [Calculator(), LocalSearch()]
-QUESTION = [{"role": "system", "content": build_system_prompt(TOOLS, "en")},
-            {"role": "user", "content": "What is 12 times 6?"}]
+QUESTION = [
+    {"role": "system", "content": build_system_prompt(TOOLS, "en")},
+    {"role": "user", "content": "What is 12 times 6?"},
+]
 
 
 @pytest.fixture(scope="module")
@@ -62,11 +65,17 @@ def forced(model, messages, text: str, stop=STOP_WORDS, **kwargs):
     """`model.generate` made to write `text` token by token (then an end token)."""
     prompt = model.render_prompt(messages)
     ids = reply_ids(model, prompt, model.encode_prompt(prompt), text)
-    return model.generate(messages, stop=list(stop), max_new_tokens=len(ids) + 5,
-                          logits_processor=[ForceTokens(ids, model.end_token_ids)], **kwargs)
+    return model.generate(
+        messages,
+        stop=list(stop),
+        max_new_tokens=len(ids) + 5,
+        logits_processor=[ForceTokens(ids, model.end_token_ids)],
+        **kwargs,
+    )
 
 
 # --- the file, the prompt, the counts ---------------------------------------------------------------
+
 
 def test_the_prompt_and_its_tokens_are_the_transformers_ones(model, embedded_hf):
     messages = scratch("Thought: 周杰伦 was born in 1979.\nAction: local_search\n")
@@ -82,8 +91,9 @@ def test_the_prompt_and_its_tokens_are_the_transformers_ones(model, embedded_hf)
 
 
 def test_continues_the_scratchpad_and_counts_what_it_did(model):
-    out = model.generate(scratch("Thought: I will use the calculator.\nAction:"), stop=list(STOP_WORDS),
-                         max_new_tokens=12)
+    out = model.generate(
+        scratch("Thought: I will use the calculator.\nAction:"), stop=list(STOP_WORDS), max_new_tokens=12
+    )
     assert out.prompt_tokens == model.count_tokens(scratch("Thought: I will use the calculator.\nAction:"))
     assert 0 < out.completion_tokens <= 12 and out.seconds > 0 and out.cached_tokens is not None
 
@@ -107,8 +117,10 @@ def test_a_missing_or_corrupt_file_is_a_one_line_error(tmp_path):
 
 # --- stop strings and streaming -----------------------------------------------------------------------
 
-THINKING = ("<think>The user asks for 2+2.\nObservation: I could use the calculator.\n</think>\n"
-            'Thought: use it\nAction: calculator\nAction Input: {"expression": "2+2"}\nObservation: 4\nmore')
+THINKING = (
+    "<think>The user asks for 2+2.\nObservation: I could use the calculator.\n</think>\n"
+    'Thought: use it\nAction: calculator\nAction Input: {"expression": "2+2"}\nObservation: 4\nmore'
+)
 
 
 @pytest.mark.parametrize("streamed", [False, True])
@@ -146,6 +158,7 @@ def test_a_character_split_over_tokens_is_streamed_whole(no_reuse):
 
 # --- KV reuse ------------------------------------------------------------------------------------------
 
+
 class Scores:
     """A numpy logits processor keeping a copy of every row it is shown."""
 
@@ -176,13 +189,18 @@ def test_reuse_feeds_the_same_tokens_and_moves_scores_by_rounding_only(model, no
     for i in range(5):
         messages = scratch(pad) if pad else QUESTION
         fresh = Scores()
-        out = no_reuse.generate(messages, stop=list(STOP_WORDS), max_new_tokens=24, logits_processor=[fresh],
-                                **GENERATION_DEFAULTS)
+        out = no_reuse.generate(
+            messages, stop=list(STOP_WORDS), max_new_tokens=24, logits_processor=[fresh], **GENERATION_DEFAULTS
+        )
         prompt = model.render_prompt(messages)
         ids = reply_ids(model, prompt, model.encode_prompt(prompt), str(out))
         kept = Scores()
-        again = model.generate(messages, stop=list(STOP_WORDS), max_new_tokens=24,
-                               logits_processor=[kept, ForceTokens(ids, model.end_token_ids)])
+        again = model.generate(
+            messages,
+            stop=list(STOP_WORDS),
+            max_new_tokens=24,
+            logits_processor=[kept, ForceTokens(ids, model.end_token_ids)],
+        )
         n = len(ids)  # the reply's own tokens (then an end token, or the stop string's in `fresh`)
         assert str(again) == str(out) and kept.inputs[:n] == fresh.inputs[:n]
         for a, b in zip(fresh.rows[:n], kept.rows[:n]):
@@ -191,8 +209,9 @@ def test_reuse_feeds_the_same_tokens_and_moves_scores_by_rounding_only(model, no
             if first - second > 2 * ROUNDING:
                 assert int(np.argmax(b)) == int(np.argmax(a))
                 choices += 1
-        assert out.cached_tokens == 0 and (again.cached_tokens == 0 if previous is None
-                                           else again.cached_tokens >= previous.prompt_tokens)
+        assert out.cached_tokens == 0 and (
+            again.cached_tokens == 0 if previous is None else again.cached_tokens >= previous.prompt_tokens
+        )
         previous = again
         pad += f"{out}\nObservation: {i * 7}\n"
     assert choices > 20
@@ -206,8 +225,12 @@ def test_interleaved_conversations_keep_their_own_cache_and_share_their_start(mo
     first = [model.generate(m, stop=list(STOP_WORDS), max_new_tokens=16) for m in (QUESTION, other)]
     shared_start = model._pool.shared_tokens
     assert first[1].cached_tokens == shared_start > 100  # the system prompt, computed once
-    second = [model.generate(m + [{"role": "assistant", "content": f"{r}\nObservation: 72\n"}],
-                             stop=list(STOP_WORDS), max_new_tokens=16) for m, r in zip((QUESTION, other), first)]
+    second = [
+        model.generate(
+            m + [{"role": "assistant", "content": f"{r}\nObservation: 72\n"}], stop=list(STOP_WORDS), max_new_tokens=16
+        )
+        for m, r in zip((QUESTION, other), first)
+    ]
     for before, after in zip(first, second):
         assert after.cached_tokens >= before.prompt_tokens  # neither conversation lost its cache to the other
 
@@ -217,8 +240,13 @@ def test_a_new_conversation_takes_the_least_recent_sequence():
     assert small.runtime.sequences == 4 and small.runtime.kv_cells == 4096
     with pytest.raises(ValueError, match=r"^4 conversations of context_window 1024 need 4096 kv_cells, more than 2048"):
         LlamaCppModel(embedded_gguf_path(), context_window=1024, kv_cells=2048, kept_prefixes=4, max_batch=1)
-    questions = [[{"role": "system", "content": f"You are assistant number {i}. " * 45},
-                  {"role": "user", "content": "Say hello."}] for i in range(5)]
+    questions = [
+        [
+            {"role": "system", "content": f"You are assistant number {i}. " * 45},
+            {"role": "user", "content": "Say hello."},
+        ]
+        for i in range(5)
+    ]
     outs = [small.generate(q, max_new_tokens=8) for q in questions[:4]]
     assert all(o.completion_tokens > 0 and o.cached_tokens < 10 for o in outs)
     latest = small.generate(questions[3], max_new_tokens=8)
@@ -244,6 +272,7 @@ def test_a_failed_call_drops_its_cache(model, no_reuse):
 
 # --- the context window ----------------------------------------------------------------------------
 
+
 def test_the_context_window_bounds_the_prompt_and_the_reply():
     small = LlamaCppModel(embedded_gguf_path(), context_window=512)
     assert small.context_window == 512
@@ -251,8 +280,9 @@ def test_the_context_window_bounds_the_prompt_and_the_reply():
     with pytest.raises(ValueError, match=r"^the prompt has \d+ tokens, more than the context window of 512 allows$"):
         small.generate(long)
     prompt = small.count_tokens(QUESTION)
-    out = small.generate(QUESTION, max_new_tokens=1000, logits_processor=[ForceTokens([], small.end_token_ids,
-                                                                                       run_on=True)])
+    out = small.generate(
+        QUESTION, max_new_tokens=1000, logits_processor=[ForceTokens([], small.end_token_ids, run_on=True)]
+    )
     assert out.prompt_tokens + out.completion_tokens == 512 and out.prompt_tokens == prompt
 
 
@@ -277,21 +307,31 @@ def test_a_small_kv_cache_the_config_accepts_works_or_says_why_in_one_line(tmp_p
     conversations), a reply stops at it and a longer prompt is a one-line error. Run in a subprocess, so an
     abort cannot take pytest with it."""
     config = tmp_path / "small.yaml"
-    config.write_text(f"model: {{backend: llamacpp, path: '{embedded_gguf_path()}', kv_cells: 256, "
-                      f"max_batch: {max_batch}}}\n")
-    done = subprocess.run([sys.executable, "-c", SMALL_CACHE, str(config)], capture_output=True, text=True,
-                          timeout=600, cwd=Path(__file__).resolve().parents[1])
+    config.write_text(
+        f"model: {{backend: llamacpp, path: '{embedded_gguf_path()}', kv_cells: 256, max_batch: {max_batch}}}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", SMALL_CACHE, str(config)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert lines[0] == f"window {window} 256" and len(lines) == 5
     for line in lines[1:]:
-        assert line == "reply True" or re.fullmatch(r"error the prompt has \d+ tokens, more than the context "
-                                                    rf"window of {window} allows", line), line
+        assert line == "reply True" or re.fullmatch(
+            r"error the prompt has \d+ tokens, more than the context "
+            rf"window of {window} allows",
+            line,
+        ), line
     assert lines[-2:] == [line for line in lines[-2:] if line.startswith("error")]  # 300 and 600 words
     assert ("reply True" in lines) == (window == 256)
 
 
 # --- constrained decoding, sampling, cancel, threads ------------------------------------------------------
+
 
 def test_constrained_replies_are_valid_steps(model):
     fmt = step_format(TOOLS)
@@ -299,7 +339,13 @@ def test_constrained_replies_are_valid_steps(model):
         messages = [QUESTION[0], {"role": "user", "content": question}]
         reply = model.generate(messages, stop=list(STOP_WORDS), constraint=fmt, max_new_tokens=40)
         assert re.fullmatch(pattern_of(fmt), str(reply)), reply
-    result = Agent(model, TOOLS, max_turns=1, max_new_tokens=48, protocol=ReAct(working_first=False, constrained=True, search="tool")).run("What is 12 times 6?")
+    result = Agent(
+        model,
+        TOOLS,
+        max_turns=1,
+        max_new_tokens=48,
+        protocol=ReAct(working_first=False, constrained=True, search="tool"),
+    ).run("What is 12 times 6?")
     assert result.steps[0].kind in ("action", "tool_error") and result.steps[0].arguments is not None
 
 
@@ -314,8 +360,9 @@ def test_sampling_follows_the_seed_and_top_p(model):
 
 def test_an_abandoned_stream_stops_generating_and_frees_the_model(no_reuse):
     calls = Recorder()
-    stream = no_reuse.stream(QUESTION, max_new_tokens=200, logits_processor=[
-        ForceTokens([], no_reuse.end_token_ids, run_on=True), calls])
+    stream = no_reuse.stream(
+        QUESTION, max_new_tokens=200, logits_processor=[ForceTokens([], no_reuse.end_token_ids, run_on=True), calls]
+    )
     next(stream)
     stream.close()
     assert len(calls.inputs) < 10  # it stopped within a token or two of the close, not after 200
@@ -330,6 +377,7 @@ def test_cancel_set_before_the_call_feeds_nothing(no_reuse):
 
 
 # --- concurrent callers, stepped together ------------------------------------------------------------------
+
 
 class Gate:
     """A logits processor that holds the batcher's thread at its first call until `n` calls are in flight, so
@@ -371,8 +419,15 @@ def test_concurrent_callers_are_stepped_together_and_get_what_each_gets_alone(mo
     sequences with other kernels than alone, as it does a lone token), so the same greedy choice wherever the
     best token led by more than twice that; and the calls shared passes."""
     model.reset_cache()
-    prompts = [[QUESTION[0], {"role": "user", "content": q}] for q in
-               ("What is 12 times 6?", "Which year was Jay Chou born?", "周杰伦哪年出生？", "What is 2 to the power 10?")]
+    prompts = [
+        [QUESTION[0], {"role": "user", "content": q}]
+        for q in (
+            "What is 12 times 6?",
+            "Which year was Jay Chou born?",
+            "周杰伦哪年出生？",
+            "What is 2 to the power 10?",
+        )
+    ]
     alone, forced_ids = [], []
     for messages in prompts:
         fresh = Scores()
@@ -382,10 +437,17 @@ def test_concurrent_callers_are_stepped_together_and_get_what_each_gets_alone(mo
         forced_ids.append(reply_ids(model, prompt, model.encode_prompt(prompt), str(out)))
     gate, kept = Gate(model, len(prompts)), [Scores() for _ in prompts]
     before = dataclasses.replace(model.runtime.counters)
-    together = at_once([lambda i=i: model.generate(prompts[i], stop=list(STOP_WORDS), max_new_tokens=16,
-                                                   logits_processor=[gate, kept[i], ForceTokens(
-                                                       forced_ids[i], model.end_token_ids)])
-                        for i in range(len(prompts))])
+    together = at_once(
+        [
+            lambda i=i: model.generate(
+                prompts[i],
+                stop=list(STOP_WORDS),
+                max_new_tokens=16,
+                logits_processor=[gate, kept[i], ForceTokens(forced_ids[i], model.end_token_ids)],
+            )
+            for i in range(len(prompts))
+        ]
+    )
     after = model.runtime.counters
     assert after.decode_rows - before.decode_rows > after.decode_passes - before.decode_passes  # passes shared
     choices = 0
@@ -423,16 +485,32 @@ def test_stop_cancel_and_constraint_of_one_call_leave_the_others_alone(model):
     gate, end = Gate(model, 4), model.end_token_ids
     prompt = model.render_prompt(QUESTION)
     stopping = reply_ids(model, prompt, model.encode_prompt(prompt), THINKING)
-    together = at_once([
-        lambda: model.generate(QUESTION, stop=list(STOP_WORDS), max_new_tokens=len(stopping) + 5,
-                               logits_processor=[gate, ForceTokens(stopping, end)]),
-        lambda: model.generate(scratch("Thought: a"), max_new_tokens=200, cancel=cancel,
-                               logits_processor=[gate, CancelAfter(cancel, 5), ForceTokens([], end, run_on=True)]),
-        lambda: model.generate([QUESTION[0], {"role": "user", "content": "周杰伦哪年出生？"}], stop=list(STOP_WORDS),
-                               constraint=fmt, max_new_tokens=40, logits_processor=[gate]),
-        lambda: model.generate(scratch("Thought: b"), max_new_tokens=40,
-                               logits_processor=[gate, ForceTokens([], end, run_on=True)]),
-    ])
+    together = at_once(
+        [
+            lambda: model.generate(
+                QUESTION,
+                stop=list(STOP_WORDS),
+                max_new_tokens=len(stopping) + 5,
+                logits_processor=[gate, ForceTokens(stopping, end)],
+            ),
+            lambda: model.generate(
+                scratch("Thought: a"),
+                max_new_tokens=200,
+                cancel=cancel,
+                logits_processor=[gate, CancelAfter(cancel, 5), ForceTokens([], end, run_on=True)],
+            ),
+            lambda: model.generate(
+                [QUESTION[0], {"role": "user", "content": "周杰伦哪年出生？"}],
+                stop=list(STOP_WORDS),
+                constraint=fmt,
+                max_new_tokens=40,
+                logits_processor=[gate],
+            ),
+            lambda: model.generate(
+                scratch("Thought: b"), max_new_tokens=40, logits_processor=[gate, ForceTokens([], end, run_on=True)]
+            ),
+        ]
+    )
     stopped, cancelled, constrained, running = together
     assert str(stopped) == THINKING[: THINKING.index("\nObservation: 4")]
     assert stopped.completion_tokens < len(stopping)
@@ -459,11 +537,17 @@ def test_a_caller_that_leaves_mid_reply_frees_its_sequence_and_holds_up_no_one(m
             return scores
 
     long = []
-    worker = threading.Thread(target=lambda: long.append(model.generate(
-        scratch("Thought: a long one"), max_new_tokens=2000, logits_processor=[steps, UntilFinished()])))
+    worker = threading.Thread(
+        target=lambda: long.append(
+            model.generate(
+                scratch("Thought: a long one"), max_new_tokens=2000, logits_processor=[steps, UntilFinished()]
+            )
+        )
+    )
     worker.start()
-    stream = model.stream(QUESTION, max_new_tokens=500, logits_processor=[ForceTokens([], model.end_token_ids,
-                                                                                      run_on=True)])
+    stream = model.stream(
+        QUESTION, max_new_tokens=500, logits_processor=[ForceTokens([], model.end_token_ids, run_on=True)]
+    )
     assert next(stream)
     seen = len(steps.inputs)
     deadline = time.monotonic() + 120

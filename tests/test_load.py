@@ -1,4 +1,5 @@
 """Load: 200 questions at concurrency 8 against a flaky, sometimes slow OpenAI-compatible server."""
+
 from __future__ import annotations
 
 import random
@@ -29,8 +30,14 @@ def reply(body):
 
 def test_200_questions_none_lost_or_duplicated():
     slow = random.Random(7)
-    stub = OpenAIStub(reply, fail_rate=0.10, fail_status=500, slow_seconds=0.6, seed=3,
-                      fault_for=lambda body: "slow" if slow.random() < 0.05 else None)
+    stub = OpenAIStub(
+        reply,
+        fail_rate=0.10,
+        fail_status=500,
+        slow_seconds=0.6,
+        seed=3,
+        fault_for=lambda body: "slow" if slow.random() < 0.05 else None,
+    )
     questions = [f"What is {i} doubled?" for i in range(200)]
     with stub:
         model = OpenAIChatModel(stub.base_url, "stub", timeout=0.3, max_retries=2, backoff=0.01, scratchpad="fold")
@@ -38,7 +45,7 @@ def test_200_questions_none_lost_or_duplicated():
         lock, generate = threading.Lock(), model.generate
 
         def counted(*args, **kwargs):  # agents waiting on the model at once (the server may also still be
-            with lock:                 # working on requests the client gave up on, so it cannot count this)
+            with lock:  # working on requests the client gave up on, so it cannot count this)
                 calls["now"] += 1
                 calls["most"] = max(calls["most"], calls["now"])
             try:
@@ -51,8 +58,12 @@ def test_200_questions_none_lost_or_duplicated():
         done = []
         tracemalloc.start()
         started = time.perf_counter()
-        items = run_many(lambda: Agent(model, tools=[Calculator()], max_turns=3, protocol=CLASSIC), questions, concurrency=8,
-                         on_done=lambda item: done.append(item.index))
+        items = run_many(
+            lambda: Agent(model, tools=[Calculator()], max_turns=3, protocol=CLASSIC),
+            questions,
+            concurrency=8,
+            on_done=lambda item: done.append(item.index),
+        )
         elapsed = time.perf_counter() - started
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()

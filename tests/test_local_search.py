@@ -1,4 +1,5 @@
 """LocalSearch: tokenisation, BM25 ranking on the shipped corpus, custom corpora, clear errors."""
+
 from __future__ import annotations
 
 import json
@@ -27,12 +28,15 @@ def titles(output: str) -> list[str]:
 
 
 def write_corpus(path, records) -> str:
-    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r, ensure_ascii=False) for r in records)
-                    + "\n", encoding="utf-8")
+    path.write_text(
+        "\n".join(r if isinstance(r, str) else json.dumps(r, ensure_ascii=False) for r in records) + "\n",
+        encoding="utf-8",
+    )
     return str(path)
 
 
 # --- tokenisation ----------------------------------------------------------------------------
+
 
 def test_tokenize_latin_words_are_lowercased_without_stop_words():
     assert tokenize("Which year was Jay Chou born?") == ["year", "jay", "chou", "born"]
@@ -49,6 +53,7 @@ def test_tokenize_mixed_text_keeps_both_scripts():
 
 # --- the shipped corpus ------------------------------------------------------------------------
 
+
 def test_shipped_corpus_is_valid_bilingual_package_data():
     documents = load_corpus(DEFAULT_CORPUS)
     assert DEFAULT_CORPUS.parent.name == "data" and DEFAULT_CORPUS.parent.parent.name == "tinyagent"
@@ -58,14 +63,17 @@ def test_shipped_corpus_is_valid_bilingual_package_data():
     assert len({d.title for d in documents}) == len(documents)
 
 
-@pytest.mark.parametrize("question, first, fact", [
-    ("Which year was Jay Chou born?", "Jay Chou", "18 January 1979"),
-    ("周杰伦哪年出生", "周杰伦", "1979年1月18日"),
-    ("What is Jay Chou's first album?", "Jay Chou", '"Jay", was released on 7 November 2000'),
-    ("周杰伦的第一张专辑是什么？", "周杰伦", "《Jay》于2000年11月7日发行"),
-    ("When was the Eiffel Tower completed?", "Eiffel Tower", "1889"),
-    ("长江有多长", "长江", "6300公里"),
-])
+@pytest.mark.parametrize(
+    "question, first, fact",
+    [
+        ("Which year was Jay Chou born?", "Jay Chou", "18 January 1979"),
+        ("周杰伦哪年出生", "周杰伦", "1979年1月18日"),
+        ("What is Jay Chou's first album?", "Jay Chou", '"Jay", was released on 7 November 2000'),
+        ("周杰伦的第一张专辑是什么？", "周杰伦", "《Jay》于2000年11月7日发行"),
+        ("When was the Eiffel Tower completed?", "Eiffel Tower", "1889"),
+        ("长江有多长", "长江", "6300公里"),
+    ],
+)
 def test_demo_questions_find_the_right_entry_first(search, question, first, fact):
     output = search(search_query=question)
     assert titles(output)[0] == first
@@ -83,7 +91,8 @@ def test_results_are_capped_at_top_k_and_drop_weak_tail(search):
 
 def test_no_match_is_a_clear_observation(search):
     assert search(search_query="quantum chromodynamics") == (
-        "No results for 'quantum chromodynamics' in the local corpus. Try other keywords.")
+        "No results for 'quantum chromodynamics' in the local corpus. Try other keywords."
+    )
     assert search(search_query="？！。").startswith("No results for")
 
 
@@ -113,13 +122,17 @@ def test_top_k_must_be_positive():
 
 # --- BM25 ranking on a corpus of our own -----------------------------------------------------------
 
+
 def test_custom_corpus_ranks_rare_terms_and_titles_higher(tmp_path):
-    path = write_corpus(tmp_path / "docs.jsonl", [
-        {"title": "Garden notes", "text": "Tomatoes need sun. Water the tomatoes every morning."},
-        {"title": "Kettle manual", "text": "Fill the kettle with water and press the switch."},
-        {"title": "Water", "text": "A clear liquid."},
-        {"title": "Basil", "text": "Basil grows well next to tomatoes and needs water."},
-    ])
+    path = write_corpus(
+        tmp_path / "docs.jsonl",
+        [
+            {"title": "Garden notes", "text": "Tomatoes need sun. Water the tomatoes every morning."},
+            {"title": "Kettle manual", "text": "Fill the kettle with water and press the switch."},
+            {"title": "Water", "text": "A clear liquid."},
+            {"title": "Basil", "text": "Basil grows well next to tomatoes and needs water."},
+        ],
+    )
     search = LocalSearch(corpus_path=path, top_k=4, min_score_ratio=0.0)
     assert titles(search(search_query="kettle"))[0] == "Kettle manual"
     assert titles(search(search_query="water"))[0] == "Water"
@@ -128,19 +141,28 @@ def test_custom_corpus_ranks_rare_terms_and_titles_higher(tmp_path):
 
 
 def test_a_title_match_outweighs_a_shorter_text_match(tmp_path):
-    path = write_corpus(tmp_path / "docs.jsonl", [
-        {"title": "Tea", "text": "Pour water from the kettle."},
-        {"title": "Kettle", "text": "An electric device that boils water for tea and coffee."},
-    ])
+    path = write_corpus(
+        tmp_path / "docs.jsonl",
+        [
+            {"title": "Tea", "text": "Pour water from the kettle."},
+            {"title": "Kettle", "text": "An electric device that boils water for tea and coffee."},
+        ],
+    )
     assert titles(LocalSearch(corpus_path=path)(search_query="kettle")) == ["Kettle", "Tea"]
 
 
 def test_custom_corpus_returns_the_matching_paragraph(tmp_path):
-    path = write_corpus(tmp_path / "docs.jsonl", [
-        {"title": "Project handbook", "text": "Welcome to the team.\n\nBuilds run nightly at 02:00 UTC.\n\n"
-                                              "Holidays are booked through the HR portal."},
-        {"title": "茶", "text": "绿茶不发酵，红茶全发酵。"},
-    ])
+    path = write_corpus(
+        tmp_path / "docs.jsonl",
+        [
+            {
+                "title": "Project handbook",
+                "text": "Welcome to the team.\n\nBuilds run nightly at 02:00 UTC.\n\n"
+                "Holidays are booked through the HR portal.",
+            },
+            {"title": "茶", "text": "绿茶不发酵，红茶全发酵。"},
+        ],
+    )
     search = LocalSearch(corpus_path=path)
     assert search(search_query="when do builds run") == "[1] Project handbook\nBuilds run nightly at 02:00 UTC."
     assert search(search_query="红茶") == "[1] 茶\n绿茶不发酵，红茶全发酵。"
@@ -160,6 +182,7 @@ def test_index_can_be_shared_without_reindexing(search):
 
 # --- bad corpora: one-line errors at construction ------------------------------------------------
 
+
 def test_missing_corpus_file(tmp_path):
     with pytest.raises(CorpusError, match=r"corpus file not found: .*nope\.jsonl") as err:
         LocalSearch(corpus_path=tmp_path / "nope.jsonl")
@@ -173,17 +196,25 @@ def test_a_folder_without_documents_is_not_a_corpus(tmp_path):
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("lines, message", [
-    (['{"title": "A", "text": "x"}', "", '{"title": "B", "text": broken}'], r"line 3: not valid JSON"),
-    (['["A", "x"]'], r"line 1: expected a JSON object .* got list"),
-    (['{"title": "A", "text": "x"}', '{"text": "no title"}'], r"line 2: the record needs a non-empty string 'title'"),
-    (['{"title": "A", "text": "   "}'], r"line 1: the record needs a non-empty string 'text'"),
-    (['{"title": 5, "body": "x"}'], r"line 1: .*'title' and 'text'"),
-    (["", "  "], r"the corpus is empty"),
-    (['{"title": "A", "text": "x"}', '{"title": ' + "[" * 100_000 + "]" * 100_000 + "}"],
-     r"line 2: JSON nested too deeply to read"),
-    (['{"title": "A", "text": ' + "9" * 5000 + "}"], r"line 1: not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "lines, message",
+    [
+        (['{"title": "A", "text": "x"}', "", '{"title": "B", "text": broken}'], r"line 3: not valid JSON"),
+        (['["A", "x"]'], r"line 1: expected a JSON object .* got list"),
+        (
+            ['{"title": "A", "text": "x"}', '{"text": "no title"}'],
+            r"line 2: the record needs a non-empty string 'title'",
+        ),
+        (['{"title": "A", "text": "   "}'], r"line 1: the record needs a non-empty string 'text'"),
+        (['{"title": 5, "body": "x"}'], r"line 1: .*'title' and 'text'"),
+        (["", "  "], r"the corpus is empty"),
+        (
+            ['{"title": "A", "text": "x"}', '{"title": ' + "[" * 100_000 + "]" * 100_000 + "}"],
+            r"line 2: JSON nested too deeply to read",
+        ),
+        (['{"title": "A", "text": ' + "9" * 5000 + "}"], r"line 1: not valid JSON"),
+    ],
+)
 def test_bad_records_name_the_line(tmp_path, lines, message):
     path = write_corpus(tmp_path / "bad.jsonl", lines)
     with pytest.raises(CorpusError, match=message) as err:
@@ -192,9 +223,34 @@ def test_bad_records_name_the_line(tmp_path, lines, message):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(['{"title": ', '"A"', ', "text": ', '"x"', "}", "{", "[", "]", "[" * 3000, "]" * 3000,
-                                 "1e999", "NaN", "9" * 5000, '"\\ud800"', "\x00", ",", ":", "null", "\ufeff"]),
-                max_size=12).map("".join))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                '{"title": ',
+                '"A"',
+                ', "text": ',
+                '"x"',
+                "}",
+                "{",
+                "[",
+                "]",
+                "[" * 3000,
+                "]" * 3000,
+                "1e999",
+                "NaN",
+                "9" * 5000,
+                '"\\ud800"',
+                "\x00",
+                ",",
+                ":",
+                "null",
+                "\ufeff",
+            ]
+        ),
+        max_size=12,
+    ).map("".join)
+)
 def test_every_malformed_line_is_a_one_line_corpus_error(tmp_path_factory, line):
     path = write_corpus(tmp_path_factory.mktemp("corpus") / "c.jsonl", [line])
     try:
@@ -224,11 +280,14 @@ def test_empty_in_memory_corpus_is_rejected():
 
 # --- through the agent ---------------------------------------------------------------------------
 
+
 def test_agent_episode_with_local_search(scripted):
-    model = scripted([
-        'Thought: I should search.\nAction: local_search\nAction Input: {"search_query": "周杰伦哪年出生"}',
-        "Thought: 我现在知道最终答案了\nFinal Answer: 1979年",
-        ])
+    model = scripted(
+        [
+            'Thought: I should search.\nAction: local_search\nAction Input: {"search_query": "周杰伦哪年出生"}',
+            "Thought: 我现在知道最终答案了\nFinal Answer: 1979年",
+        ]
+    )
     result = Agent(model, tools=[LocalSearch()], protocol=CLASSIC).run("周杰伦哪年出生？")
     assert result.finished and result.answer == "1979年" and result.lang == "zh"
     assert result.steps[0].observation.startswith("[1] 周杰伦\n") and result.steps[0].error is None

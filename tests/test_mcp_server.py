@@ -2,6 +2,7 @@
 as Claude Desktop starts it, and over streamable HTTP with a key), its model a scripted OpenAI-compatible
 stub in this process: the ask tool with its steps as progress notifications, the agent's own tools with
 --expose-tools (not those that need approval), and what a client gets wrong."""
+
 from __future__ import annotations
 
 import asyncio
@@ -26,9 +27,11 @@ KEY = "mcp-serve-test-key-0123456789"
 
 
 def stdio(stub: OpenAIStub, *more: str) -> mcp.Client:
-    params = mcp.StdioServerParameters(command=TINYAGENT, args=[
-        "mcp-server", "--base-url", stub.base_url, "--model", "stub-model", "--tools", "calculator", *more],
-        env=environment())
+    params = mcp.StdioServerParameters(
+        command=TINYAGENT,
+        args=["mcp-server", "--base-url", stub.base_url, "--model", "stub-model", "--tools", "calculator", *more],
+        env=environment(),
+    )
     return mcp.Client(params, read_timeout_seconds=60)
 
 
@@ -58,8 +61,9 @@ def test_ask_answers_over_stdio_with_the_steps_as_progress():
 
 def test_expose_tools_offers_the_agents_tools_but_not_those_that_need_approval(tmp_path):
     config = tmp_path / "agent.yaml"
-    config.write_text(json.dumps({"agent": {"mcp_servers": [{"command": sys.executable, "args": [ECHO_SERVER],
-                                                             "tools": ["echo"]}]}}))  # JSON is YAML
+    config.write_text(
+        json.dumps({"agent": {"mcp_servers": [{"command": sys.executable, "args": [ECHO_SERVER], "tools": ["echo"]}]}})
+    )  # JSON is YAML
 
     async def session(stub: OpenAIStub):
         async with stdio(stub, "--expose-tools", "--config", str(config), "--approve") as client:
@@ -89,12 +93,30 @@ def test_over_http_a_key_is_required_and_the_right_one_gets_an_answer():
             async with mcp.Client(streamable_http_client(url, http_client=http), read_timeout_seconds=60) as client:
                 return await client.call_tool("ask", {"question": "What is 6 times 7?"})
 
-    with OpenAIStub(replies=[ACT, ANSWER]) as stub, Process(
-            "mcp-server", "--transport", "http", "--port", "0", "--base-url", stub.base_url, "--model",
-            "stub-model", "--tools", "calculator", env=environment(TINYAGENT_API_KEY=KEY)) as server:
+    with (
+        OpenAIStub(replies=[ACT, ANSWER]) as stub,
+        Process(
+            "mcp-server",
+            "--transport",
+            "http",
+            "--port",
+            "0",
+            "--base-url",
+            stub.base_url,
+            "--model",
+            "stub-model",
+            "--tools",
+            "calculator",
+            env=environment(TINYAGENT_API_KEY=KEY),
+        ) as server,
+    ):
         url = server.wait_for(r"MCP server .* at (http://\S+/mcp)").group(1)
-        refused = requests.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
-                                headers={"Authorization": "Bearer wrong-key-0123456789"}, timeout=30)
+        refused = requests.post(
+            url,
+            json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+            headers={"Authorization": "Bearer wrong-key-0123456789"},
+            timeout=30,
+        )
         assert refused.status_code == 401
         result = asyncio.run(session(url))
     assert result.content[0].text == "42"

@@ -1,4 +1,5 @@
 """OpenAIChatModel against a real `transformers serve` process and the fault-injecting stub server."""
+
 from __future__ import annotations
 
 import logging
@@ -40,6 +41,7 @@ def free_port() -> int:
 
 # --- a real transformers serve process, one per module ---------------------------------------
 
+
 @pytest.fixture(scope="module")
 def server(tiny_llama_dir, tmp_path_factory):
     """`transformers serve` on 127.0.0.1 serving the tiny Llama folder; stopped (process group) after."""
@@ -51,7 +53,11 @@ def server(tiny_llama_dir, tmp_path_factory):
     with open(log_path, "wb") as log_file:
         proc = subprocess.Popen(
             [exe, "serve", str(tiny_llama_dir), "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"],
-            stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
     try:
         started, deadline = time.monotonic(), time.monotonic() + 180
         while True:
@@ -86,8 +92,9 @@ def test_real_round_trip_reports_usage_from_the_server(server):
 
     text = real_model(server).generate(USER)
     tokenizer = AutoTokenizer.from_pretrained(server["dir"])
-    expected_prompt = len(tokenizer.apply_chat_template(USER, add_generation_prompt=True, tokenize=True,
-                                                        return_dict=True)["input_ids"])
+    expected_prompt = len(
+        tokenizer.apply_chat_template(USER, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    )
     local = HFChatModel(str(server["dir"]), device="cpu", max_new_tokens=24).generate(USER)  # greedy, in-process
     assert text.text == local.text and text.text.strip()
     assert (text.prompt_tokens, text.completion_tokens) == (expected_prompt, local.completion_tokens)
@@ -105,14 +112,17 @@ def test_real_streaming_chunks_concatenate_to_the_same_text(server):
 def test_real_server_keeps_the_stop_string_and_the_model_trims_it(server):
     model = real_model(server, max_new_tokens=40)
     full = str(model.generate(USER))
-    stop = next(full[i:i + 3] for i in range(1, len(full) - 3) if full[i:i + 3].isprintable()
-                and full[i:i + 3].strip() and full.find(full[i:i + 3]) == i)
+    stop = next(
+        full[i : i + 3]
+        for i in range(1, len(full) - 3)
+        if full[i : i + 3].isprintable() and full[i : i + 3].strip() and full.find(full[i : i + 3]) == i
+    )
     raw = requests.post(model.url, json=model.build_payload(USER, [stop]), timeout=60).json()
     assert stop in raw["choices"][0]["message"]["content"]  # transformers serve does not trim
     chunks: list[str] = []
     for text in (model.generate(USER, stop=[stop]), model.generate(USER, stop=[stop], on_text=chunks.append)):
-        assert text.text == full[:full.index(stop)]
-    assert "".join(chunks) == full[:full.index(stop)]
+        assert text.text == full[: full.index(stop)]
+    assert "".join(chunks) == full[: full.index(stop)]
 
 
 def test_real_server_refuses_continue_and_the_error_says_use_fold(server):
@@ -145,13 +155,17 @@ def test_real_agent_episode_runs_to_completion_over_http(server, caplog):
     assert not model.continue_supported
     question, kwargs = "What is 6 times 7?", {"tools": [Calculator()], "max_turns": 2}
     result = Agent(model, **kwargs, protocol=CLASSIC).run(question)
-    local = Agent(Folded(HFChatModel(str(server["dir"]), device="cpu", max_new_tokens=16, temperature=0.0)),
-                  **kwargs, protocol=CLASSIC).run(question)
+    local = Agent(
+        Folded(HFChatModel(str(server["dir"]), device="cpu", max_new_tokens=16, temperature=0.0)),
+        **kwargs,
+        protocol=CLASSIC,
+    ).run(question)
     assert [s.text for s in result.steps] == [s.text for s in local.steps] and result.steps[0].text.strip()
     assert (result.stop_reason, result.finished, result.answer) == (local.stop_reason, local.finished, local.answer)
     assert result.finished and result.stop_reason in ("final_answer", "no_action", "max_turns")
-    assert [(s.prompt_tokens, s.completion_tokens) for s in result.steps] == \
-        [(s.prompt_tokens, s.completion_tokens) for s in local.steps]
+    assert [(s.prompt_tokens, s.completion_tokens) for s in result.steps] == [
+        (s.prompt_tokens, s.completion_tokens) for s in local.steps
+    ]
     assert result.generate_calls == len(result.steps)
     assert result.completion_tokens == sum(s.completion_tokens for s in result.steps)
     assert KEY not in caplog.text and KEY not in repr(model)
@@ -159,8 +173,10 @@ def test_real_agent_episode_runs_to_completion_over_http(server, caplog):
 
 # --- the stub server: canned replies and failures on demand ------------------------------------
 
-TOOL_REPLY = ('Thought: I should multiply.\nAction: calculator\nAction Input: {"expression": "6*7"}\n'
-              'Observation: made up by the model')
+TOOL_REPLY = (
+    'Thought: I should multiply.\nAction: calculator\nAction Input: {"expression": "6*7"}\n'
+    'Observation: made up by the model'
+)
 FINAL_REPLY = "Thought: I now know the final answer.\nFinal Answer: 42"
 
 
@@ -172,8 +188,13 @@ def stub_model(stub: OpenAIStub, **kwargs) -> OpenAIChatModel:
 def test_agent_calls_a_tool_and_answers_through_the_stub(stream):
     chunks: list[str] = []
     with OpenAIStub([TOOL_REPLY, FINAL_REPLY]) as stub:
-        agent = Agent(stub_model(stub, api_key=KEY), tools=[Calculator()], max_new_tokens=64,
-                      on_text=chunks.append if stream else None, protocol=CLASSIC)
+        agent = Agent(
+            stub_model(stub, api_key=KEY),
+            tools=[Calculator()],
+            max_new_tokens=64,
+            on_text=chunks.append if stream else None,
+            protocol=CLASSIC,
+        )
         result = agent.run("What is 6 times 7?")
     assert result.finished and result.answer == "42" and result.steps[0].observation == "42"
     first, second = (r["body"] for r in stub.requests)
@@ -188,16 +209,18 @@ def test_agent_calls_a_tool_and_answers_through_the_stub(stream):
     if not stream:
         assert result.steps[0].completion_tokens == count_words(TOOL_REPLY)
     else:  # the stream was closed at the stop string, before the server's count came: estimated
-        shown = TOOL_REPLY[:TOOL_REPLY.index("\nObservation:")]
+        shown = TOOL_REPLY[: TOOL_REPLY.index("\nObservation:")]
         pieces = -(-(len(shown) + len("\nObservation:")) // 3)  # the stub's 3-character pieces up to the stop
         assert result.steps[0].completion_tokens == max(pieces, estimate_tokens(shown))
-        assert "".join(chunks) == TOOL_REPLY[:TOOL_REPLY.index("\nObservation:")] + FINAL_REPLY
+        assert "".join(chunks) == TOOL_REPLY[: TOOL_REPLY.index("\nObservation:")] + FINAL_REPLY
         assert not any("Obs" in c for c in chunks)
 
 
 def test_fold_sends_the_scratchpad_inside_the_last_user_message():
     with OpenAIStub([TOOL_REPLY, FINAL_REPLY]) as stub:
-        result = Agent(stub_model(stub, scratchpad="fold"), tools=[Calculator()], protocol=CLASSIC).run("What is 6 times 7?")
+        result = Agent(stub_model(stub, scratchpad="fold"), tools=[Calculator()], protocol=CLASSIC).run(
+            "What is 6 times 7?"
+        )
     assert result.answer == "42"
     second = stub.requests[1]["body"]
     assert "continue_final_message" not in second and [m["role"] for m in second["messages"]] == ["system", "user"]
@@ -208,10 +231,12 @@ def test_fold_sends_the_scratchpad_inside_the_last_user_message():
 
 def test_fold_instruction_follows_the_language_of_the_conversation():
     model = OpenAIChatModel("http://127.0.0.1:9/v1", "m", scratchpad="fold")
-    payload = model.build_payload([{"role": "user", "content": "六乘以七是多少？"},
-                                   {"role": "assistant", "content": "Thought: 计算"}])
-    assert payload["messages"] == [{"role": "user", "content": "六乘以七是多少？\n\n" + FOLD_INSTRUCTION["zh"]
-                                    + "Thought: 计算"}]
+    payload = model.build_payload(
+        [{"role": "user", "content": "六乘以七是多少？"}, {"role": "assistant", "content": "Thought: 计算"}]
+    )
+    assert payload["messages"] == [
+        {"role": "user", "content": "六乘以七是多少？\n\n" + FOLD_INSTRUCTION["zh"] + "Thought: 计算"}
+    ]
 
 
 def test_generation_defaults_and_per_call_settings_reach_the_request():
@@ -223,8 +248,11 @@ def test_generation_defaults_and_per_call_settings_reach_the_request():
     assert (first["max_tokens"], first["temperature"], first["top_p"]) == (100, 0.7, 0.9)
     assert (second["max_tokens"], second["temperature"], second["top_p"]) == (5, 0.0, 0.9)
     assert second["stop"] == ["a", "b", "c", "d"] and "stop" not in first
-    with pytest.raises(TypeError, match=r"__init__\(\) got unknown keyword argument\(s\) 'max_length'; "
-                                        r"valid: max_new_tokens, temperature, top_p$"):
+    with pytest.raises(
+        TypeError,
+        match=r"__init__\(\) got unknown keyword argument\(s\) 'max_length'; "
+        r"valid: max_new_tokens, temperature, top_p$",
+    ):
         OpenAIChatModel("http://x/v1", "m", max_length=5)
     with pytest.raises(ValueError, match="scratchpad"):
         OpenAIChatModel("http://x/v1", "m", scratchpad="prefix")
@@ -233,8 +261,11 @@ def test_generation_defaults_and_per_call_settings_reach_the_request():
 def test_unknown_generation_keywords_are_rejected_before_any_request():
     with OpenAIStub("Final Answer: ok") as stub:
         model = stub_model(stub)
-        with pytest.raises(TypeError, match=r"generate\(\) got unknown keyword argument\(s\) 'max_tokens', 'seed'; "
-                                            r"valid: constraint, max_new_tokens, on_text, temperature, tools, top_p$"):
+        with pytest.raises(
+            TypeError,
+            match=r"generate\(\) got unknown keyword argument\(s\) 'max_tokens', 'seed'; "
+            r"valid: constraint, max_new_tokens, on_text, temperature, tools, top_p$",
+        ):
             model.generate(USER, max_tokens=5, seed=1)
         assert stub.requests == []
         model.generate(USER, max_new_tokens=5, on_text=None, constraint=None)  # what the agent passes
@@ -245,8 +276,9 @@ def test_guided_decoding_without_outlines_fails_when_set(monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *args: None if name == "outlines_core" else real(name, *args))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *args: None if name == "outlines_core" else real(name, *args)
+    )
     with pytest.raises(ImportError, match=r"pip install 'tinyagent\[constrained\]'"):
         OpenAIChatModel("http://x/v1", "m", guided_decoding="guided_regex")
     assert OpenAIChatModel("http://x/v1", "m").guided_decoding is None  # unset: nothing needed
@@ -256,7 +288,7 @@ def test_stop_strings_the_server_returns_are_trimmed_even_past_the_fourth():
     reply = "Thought: compute\nAction: calculator\nAction Input: {}\nObservation: 1"
     with OpenAIStub(reply) as stub:
         text = stub_model(stub).generate(USER, stop=["w", "x", "y", "z", "Observation:"])
-    assert text.text == reply[:reply.index("Observation:")]
+    assert text.text == reply[: reply.index("Observation:")]
 
 
 def test_streaming_holds_back_text_that_may_start_a_stop_string():
@@ -318,10 +350,15 @@ def test_a_slow_server_hits_the_timeout_then_a_retry_succeeds():
         assert stub_model(stub, timeout=0.3, max_retries=1).generate(USER).text == "Final Answer: ok"
 
 
-@pytest.mark.parametrize("fault, words", [
-    ("non_json", "non-JSON text"), ("no_choices", "without choices[0].message.content"),
-    ("404", "HTTP 404: injected HTTP 404"), ("drop", "connection failed"),
-])
+@pytest.mark.parametrize(
+    "fault, words",
+    [
+        ("non_json", "non-JSON text"),
+        ("no_choices", "without choices[0].message.content"),
+        ("404", "HTTP 404: injected HTTP 404"),
+        ("drop", "connection failed"),
+    ],
+)
 def test_bad_answers_are_clear_errors_not_key_errors(fault, words):
     with OpenAIStub("unused", script=[fault]) as stub:
         model = stub_model(stub, max_retries=0)
@@ -350,14 +387,21 @@ def test_a_stalled_stream_names_the_url_and_how_far_it_got():
 
 # --- the tools protocol: tools= in the request, tool_calls in the response -------------------------------
 
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_tool_calls_from_a_server_run_and_go_back_with_their_ids(stream):
-    two = {"content": None, "tool_calls": [{"name": "calculator", "arguments": '{"expression": "6*7"}'},
-                                           {"name": "calculator", "arguments": '{"expression": "6+7"'}]}  # brace lost
+    two = {
+        "content": None,
+        "tool_calls": [
+            {"name": "calculator", "arguments": '{"expression": "6*7"}'},
+            {"name": "calculator", "arguments": '{"expression": "6+7"'},
+        ],
+    }  # brace lost
     with OpenAIStub(replies=[two, "42 and 13"]) as stub:
         chunks: list[str] = []
-        agent = Agent(stub_model(stub), tools=[Calculator()],
-                      on_text=chunks.append if stream else None, protocol=Tools())
+        agent = Agent(
+            stub_model(stub), tools=[Calculator()], on_text=chunks.append if stream else None, protocol=Tools()
+        )
         result = agent.run("6*7 and 6+7?")
         first, second = (r["body"] for r in stub.requests)
     assert result.answer == "42 and 13" and [s.observation for s in result.steps[:2]] == ["42", "13"]
@@ -365,7 +409,9 @@ def test_tool_calls_from_a_server_run_and_go_back_with_their_ids(stream):
     assistant, *results = second["messages"][2:]
     assert [c["id"] for c in assistant["tool_calls"]] == ["call_0", "call_1"]
     assert [(m["role"], m["tool_call_id"], m["content"]) for m in results] == [
-        ("tool", "call_0", "42"), ("tool", "call_1", "13")]
+        ("tool", "call_0", "42"),
+        ("tool", "call_1", "13"),
+    ]
 
 
 @pytest.mark.parametrize("protocol", ["tools", "auto"])
@@ -380,13 +426,16 @@ def test_the_tools_protocol_fits_its_prompt_to_a_window_the_model_list_states(pr
         sent = stub.requests[1]["body"]
     assert result.answer == "42" and result.stop_reason == "final_answer" and result.protocol == "tools"
     without = model.count_tokens(sent["messages"])
-    assert model.count_tokens(sent["messages"], tools=sent["tools"]) > without   # the schemas count
-    assert without > model.count_tokens([{**m, "tool_calls": None} for m in sent["messages"]])   # and the calls
+    assert model.count_tokens(sent["messages"], tools=sent["tools"]) > without  # the schemas count
+    assert without > model.count_tokens([{**m, "tool_calls": None} for m in sent["messages"]])  # and the calls
 
 
 def test_a_server_that_ignores_tools_is_read_from_its_text_and_broken_calls_are_observations():
-    replies = ['<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+2"}}\n</tool_call>',
-               {"tool_calls": [{"name": "calculator", "arguments": "{expression: }"}]}, "4"]
+    replies = [
+        '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+2"}}\n</tool_call>',
+        {"tool_calls": [{"name": "calculator", "arguments": "{expression: }"}]},
+        "4",
+    ]
     with OpenAIStub(replies=replies) as stub:
         result = Agent(stub_model(stub), tools=[Calculator()], protocol=Tools()).run("2+2?")
     assert [s.kind for s in result.steps] == ["action", "bad_input", "final_answer"]

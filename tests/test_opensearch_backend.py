@@ -1,5 +1,6 @@
 """A second backend for local_search: OpenSearchIndex against a server on 127.0.0.1 that speaks the part of the
 OpenSearch / Elasticsearch `_search` API it uses (a multi_match query; hits ranked here by shared words)."""
+
 from __future__ import annotations
 
 import json
@@ -13,10 +14,16 @@ from tinyagent.tools import LocalSearch
 from tinyagent.tools.opensearch import OpenSearchIndex
 
 KEY = "es-api-key-for-tests-5b1e"
-DOCS = [{"file": "handbook/leave.md", "heading": "Holidays", "title": "handbook › Holidays",
-         "text": "Holidays are booked through the HR portal at least two weeks ahead."},
-        {"file": "policies.pdf", "page": 7, "text": "Expenses over 500 euros need a manager's approval."},
-        {"file": "handbook/it.md", "heading": "Laptops", "text": "Laptops are replaced every four years."}]
+DOCS = [
+    {
+        "file": "handbook/leave.md",
+        "heading": "Holidays",
+        "title": "handbook › Holidays",
+        "text": "Holidays are booked through the HR portal at least two weeks ahead.",
+    },
+    {"file": "policies.pdf", "page": 7, "text": "Expenses over 500 euros need a manager's approval."},
+    {"file": "handbook/it.md", "heading": "Laptops", "text": "Laptops are replaced every four years."},
+]
 
 
 class SearchService:
@@ -49,7 +56,7 @@ class SearchService:
         words = set(body["query"]["multi_match"]["query"].lower().replace("?", "").split())
         scored = [(len(words & set(d["text"].lower().rstrip(".").split())), d) for d in DOCS]
         hits = [{"_score": float(n), "_source": d} for n, d in sorted(scored, key=lambda x: -x[0]) if n]
-        return {"took": 1, "hits": {"total": {"value": len(hits)}, "hits": hits[:body["size"]]}}
+        return {"took": 1, "hits": {"total": {"value": len(hits)}, "hits": hits[: body["size"]]}}
 
 
 @pytest.fixture
@@ -62,7 +69,8 @@ def service():
 def test_local_search_on_a_search_service_shows_passages_and_sources(service):
     search = LocalSearch(index=OpenSearchIndex(service.url, "company-docs", api_key=KEY), min_score_ratio=0.5)
     assert search(search_query="how are holidays booked") == (
-        "[1] handbook/leave.md § Holidays\nHolidays are booked through the HR portal at least two weeks ahead.")
+        "[1] handbook/leave.md § Holidays\nHolidays are booked through the HR portal at least two weeks ahead."
+    )
     assert search(search_query="who approves expenses over 500 euros").startswith("[1] policies.pdf p. 7\n")
     sent = service.requests[0]
     assert sent["path"] == "/company-docs/_search" and sent["auth"] == f"ApiKey {KEY}"
@@ -71,12 +79,15 @@ def test_local_search_on_a_search_service_shows_passages_and_sources(service):
     assert KEY not in repr(search.index)
 
 
-@pytest.mark.parametrize("answer, message", [
-    ((500, {"error": "boom"}), "the search service failed"),
-    ((401, {"error": "unauthorized"}), "the search service answered HTTP 401"),
-    ((200, b"<html>not json</html>"), "non-JSON text"),
-    ((200, {"hits": "none"}), "without a hits list"),
-])
+@pytest.mark.parametrize(
+    "answer, message",
+    [
+        ((500, {"error": "boom"}), "the search service failed"),
+        ((401, {"error": "unauthorized"}), "the search service answered HTTP 401"),
+        ((200, b"<html>not json</html>"), "non-JSON text"),
+        ((200, {"hits": "none"}), "without a hits list"),
+    ],
+)
 def test_a_failing_service_is_an_error_observation(service, scripted, answer, message):
     service.answer = answer
     model = scripted(['Action: local_search\nAction Input: {"search_query": "holidays"}', "Final Answer: unknown"])
@@ -87,7 +98,16 @@ def test_a_failing_service_is_an_error_observation(service, scripted, answer, me
 
 
 def test_hits_without_text_are_skipped(service):
-    service.answer = (200, {"hits": {"hits": [{"_score": "x", "_source": {"file": "a.md"}},
-                                              {"_score": "odd", "_source": {"text": "kept", "page": "3"}}]}})
+    service.answer = (
+        200,
+        {
+            "hits": {
+                "hits": [
+                    {"_score": "x", "_source": {"file": "a.md"}},
+                    {"_score": "odd", "_source": {"text": "kept", "page": "3"}},
+                ]
+            }
+        },
+    )
     hits = OpenSearchIndex(service.url, "docs").search("anything", 3)
     assert [(h.passage.text, h.passage.page, h.score) for h in hits] == [("kept", None, 0.0)]

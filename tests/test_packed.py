@@ -1,6 +1,7 @@
 """Packed attention (llm/packed.py): each request's tokens attend only to its own cache, exactly as
 transformers' sdpa would; outside packed passes the installed attention is sdpa, with one-token
 steps reading grouped keys once."""
+
 from __future__ import annotations
 
 import pytest
@@ -47,8 +48,9 @@ def test_outside_packed_passes_the_installed_attention_is_sdpa(twins):
     ids = torch.arange(3, 40)[None]
     with torch.inference_mode():
         a = plain.generate(ids, max_new_tokens=12, do_sample=False, output_scores=True, return_dict_in_generate=True)
-        b = installed.generate(ids, max_new_tokens=12, do_sample=False, output_scores=True,
-                               return_dict_in_generate=True)
+        b = installed.generate(
+            ids, max_new_tokens=12, do_sample=False, output_scores=True, return_dict_in_generate=True
+        )
     assert a.sequences.tolist() == b.sequences.tolist()
     for x, y in zip(a.scores, b.scores):  # the one-token steps took the grouped path: same scores
         torch.testing.assert_close(x, y, rtol=0, atol=1e-5)
@@ -69,11 +71,15 @@ def test_a_packed_pass_gives_each_request_its_logits_alone(twins):
             tokens += p[kept:]
             positions += range(kept, len(p))
         with packed.running(packed.PackedPass(segments)) as cache:
-            logits = installed(input_ids=torch.tensor([tokens]), position_ids=torch.tensor([positions]),
-                               attention_mask=torch.ones(1, 1, 1, 1, dtype=torch.bool), cache=cache,
-                               use_cache=True).logits[0]
+            logits = installed(
+                input_ids=torch.tensor([tokens]),
+                position_ids=torch.tensor([positions]),
+                attention_mask=torch.ones(1, 1, 1, 1, dtype=torch.bool),
+                cache=cache,
+                use_cache=True,
+            ).logits[0]
     for s, full, p in zip(segments, alone, prompts):
-        torch.testing.assert_close(logits[s.start:s.start + s.length], full[len(p) - s.length:], rtol=0, atol=1e-5)
+        torch.testing.assert_close(logits[s.start : s.start + s.length], full[len(p) - s.length :], rtol=0, atol=1e-5)
         assert s.cache.get_seq_length() == len(p)
     assert packed.current_pass() is None
 
@@ -125,12 +131,12 @@ def test_slot_pool_attends_each_request_over_exactly_its_own_cache(one_by_one):
         pool.write(layer, step, new_keys, new_values)
         got = pool.attend(layer, step, query, 0.3)
         for i, (slot, cache) in enumerate(order):
-            keys = torch.cat([cache.layers[layer].keys, new_keys[:, :, i:i + 1]], dim=2)
-            values = torch.cat([cache.layers[layer].values, new_values[:, :, i:i + 1]], dim=2)
-            torch.testing.assert_close(got[:, :, i:i + 1], reference(query[:, :, i:i + 1], keys, values, 0.3),
-                                       rtol=0, atol=1e-5)
+            keys = torch.cat([cache.layers[layer].keys, new_keys[:, :, i : i + 1]], dim=2)
+            values = torch.cat([cache.layers[layer].values, new_values[:, :, i : i + 1]], dim=2)
+            torch.testing.assert_close(
+                got[:, :, i : i + 1], reference(query[:, :, i : i + 1], keys, values, 0.3), rtol=0, atol=1e-5
+            )
     slot, cache = caches[2]
     out = pool.take_out(slot, 301, config)
     assert torch.equal(out.layers[1].keys[:, :, :300], cache.layers[1].keys)
     assert torch.equal(out.layers[1].keys[:, :, 300], new_keys[:, :, 2])
-

@@ -1,4 +1,5 @@
 """Few-shot examples: they match the real tools' output, they are selected by tool names, they render."""
+
 from __future__ import annotations
 
 import re
@@ -47,14 +48,23 @@ def test_examples_are_in_their_language_with_english_keywords(lang, index):
 def test_every_language_has_a_calculator_a_search_and_a_docstore_example():
     for lang in EXAMPLES:
         actions = [tuple(s["action"] for s in e["steps"]) for e in EXAMPLES[lang]]
-        assert actions == [("local_search",), ("calculator",), ("calculator",), ("calculator", "calculator"),
-                           ("search", "lookup")]
+        assert actions == [
+            ("local_search",),
+            ("calculator",),
+            ("calculator",),
+            ("calculator", "calculator"),
+            ("search", "lookup"),
+        ]
 
 
 def test_examples_for_keeps_only_examples_whose_tools_exist():
     assert [e["steps"][0]["action"] for e in examples_for(["calculator"], "en")] == ["calculator"] * 3
     assert [e["steps"][0]["action"] for e in examples_for(["calculator", "local_search"], "zh")] == [
-        "local_search", "calculator", "calculator", "calculator"]
+        "local_search",
+        "calculator",
+        "calculator",
+        "calculator",
+    ]
     assert [e["steps"][0]["action"] for e in examples_for(["search", "lookup"], "en")] == ["search"]
     assert examples_for(["search"], "en") == []  # the docstore example needs lookup too
     assert examples_for([], "zh") == []
@@ -76,12 +86,25 @@ def test_unknown_language_is_a_clear_error():
         examples_for(["calculator"], "fr")
 
 
-@pytest.mark.parametrize("lang, question, header, begin, shown", [
-    ("en", "What is 2 + 2?", "Here are examples of the format:", "Begin!",
-     'Question: When was the Eiffel Tower completed, and how tall is it?\nThought: I need facts'),
-    ("zh", "二加二等于几？", "以下是该格式的示例：", "开始！",
-     '"search_query": "珠穆朗玛峰 海拔"}\nObservation: [1] 珠穆朗玛峰\n'),
-])
+@pytest.mark.parametrize(
+    "lang, question, header, begin, shown",
+    [
+        (
+            "en",
+            "What is 2 + 2?",
+            "Here are examples of the format:",
+            "Begin!",
+            'Question: When was the Eiffel Tower completed, and how tall is it?\nThought: I need facts',
+        ),
+        (
+            "zh",
+            "二加二等于几？",
+            "以下是该格式的示例：",
+            "开始！",
+            '"search_query": "珠穆朗玛峰 海拔"}\nObservation: [1] 珠穆朗玛峰\n',
+        ),
+    ],
+)
 def test_examples_render_into_the_agents_system_prompt(scripted, lang, question, header, begin, shown):
     tools = [Calculator(), LocalSearch()]
     examples = examples_for([t.name_for_model for t in tools], lang)

@@ -1,4 +1,5 @@
 """Property-based tests: the parsers and the calculator never fail on arbitrary text."""
+
 from __future__ import annotations
 
 import re
@@ -22,10 +23,49 @@ from tinyagent.tutorial import (
 )
 
 # Fragments real replies are made of, so generated text hits the interesting paths often.
-FRAGMENTS = ["Thought:", "Action:", "Action Input:", "Observation:", "Final Answer:", "Action：", "Action Input：",
-             "Observation：", "最终答案：", "\n", " ", "{", "}", "[", "]", '"', "'", ":", ",", "：", "，", "“", "”",
-             "```json", "```", "calculator", "google_search", '{"expression": "1+1"}', "周杰伦", "\x00", "\x1b",
-             "\u200b", "\r", "\\", "<|im_end|>", "</s>", "json5", "null", "1e999", "-", "NaN"]
+FRAGMENTS = [
+    "Thought:",
+    "Action:",
+    "Action Input:",
+    "Observation:",
+    "Final Answer:",
+    "Action：",
+    "Action Input：",
+    "Observation：",
+    "最终答案：",
+    "\n",
+    " ",
+    "{",
+    "}",
+    "[",
+    "]",
+    '"',
+    "'",
+    ":",
+    ",",
+    "：",
+    "，",
+    "“",
+    "”",
+    "```json",
+    "```",
+    "calculator",
+    "google_search",
+    '{"expression": "1+1"}',
+    "周杰伦",
+    "\x00",
+    "\x1b",
+    "\u200b",
+    "\r",
+    "\\",
+    "<|im_end|>",
+    "</s>",
+    "json5",
+    "null",
+    "1e999",
+    "-",
+    "NaN",
+]
 reply_text = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=20)), max_size=60).map("".join)
 
 
@@ -72,9 +112,12 @@ def test_other_parsers_never_raise(text):
     assert "<|im_end|>" not in out and out.replace("\u200b", "") == text.replace("\u200b", "")
 
 
-arithmetic = st.lists(st.sampled_from(list("0123456789+-*/%().^ e") + ["**", "//", "9**9", "sqrt(", "pi",
-                                                                       "×", "÷", "1e308", "max(", ","]),
-                      max_size=40).map("".join)
+arithmetic = st.lists(
+    st.sampled_from(
+        list("0123456789+-*/%().^ e") + ["**", "//", "9**9", "sqrt(", "pi", "×", "÷", "1e308", "max(", ","]
+    ),
+    max_size=40,
+).map("".join)
 
 
 @settings(max_examples=500, deadline=None)
@@ -91,8 +134,14 @@ def test_calculator_only_raises_its_own_error_and_quickly(expression):
 
 
 def test_huge_inputs_are_bounded():
-    huge = ("Thought: " + "x" * 200_000 + "\nAction: calculator\nAction Input: {" + '"a": [' * 5000
-            + "\nObservation: " + "y" * 100_000)
+    huge = (
+        "Thought: "
+        + "x" * 200_000
+        + "\nAction: calculator\nAction Input: {"
+        + '"a": [' * 5000
+        + "\nObservation: "
+        + "y" * 100_000
+    )
     start = time.perf_counter()
     name, args, before = parse_latest_plugin_call(huge)
     assert name == "calculator"
@@ -114,12 +163,16 @@ def masked_by_definition(text: str) -> str:
     close = max((m.end() for m in re.finditer(r"</think>", text, re.IGNORECASE)), default=0)
     text = " " * close + text[close:]
     first = re.search(r"<think>", text, re.IGNORECASE)
-    return text if first is None else text[:first.start()] + " " * (len(text) - first.start())
+    return text if first is None else text[: first.start()] + " " * (len(text) - first.start())
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.lists(st.sampled_from(["<think>", "</think>", "<THINK>", "</Think>", "<think", "a", " b", "\n",
-                                 "Observation:"]), max_size=12).map("".join))
+@given(
+    st.lists(
+        st.sampled_from(["<think>", "</think>", "<THINK>", "</Think>", "<think", "a", " b", "\n", "Observation:"]),
+        max_size=12,
+    ).map("".join)
+)
 def test_mask_thinking_blanks_what_the_definition_says(text):
     assert mask_thinking(text) == masked_by_definition(text)
 

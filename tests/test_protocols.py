@@ -1,6 +1,7 @@
 """The protocols as strategy objects: each owns its settings, a setting of one cannot be given to the other,
 the defaults are decided in one place whichever door the agent is built through, and a reply is a value whose
 tool calls nothing drops."""
+
 from __future__ import annotations
 
 import threading
@@ -22,11 +23,14 @@ class Prefers(ScriptedModel):
     prefers_constrained = True
 
 
-@pytest.mark.parametrize("model,tools,expected", [
-    (ScriptedModel([]), [Calculator()], dict(constrained=False, working_first=True, check_arithmetic=True)),
-    (ScriptedModel([]), [LocalSearch()], dict(constrained=False, working_first=True, check_arithmetic=False)),
-    (Prefers([]), [Calculator()], dict(constrained=True, working_first=False, check_arithmetic=False)),
-])
+@pytest.mark.parametrize(
+    "model,tools,expected",
+    [
+        (ScriptedModel([]), [Calculator()], dict(constrained=False, working_first=True, check_arithmetic=True)),
+        (ScriptedModel([]), [LocalSearch()], dict(constrained=False, working_first=True, check_arithmetic=False)),
+        (Prefers([]), [Calculator()], dict(constrained=True, working_first=False, check_arithmetic=False)),
+    ],
+)
 def test_one_algorithm_whichever_door(model, tools, expected):
     """Python's Agent(model, tools) and a config's agent run the same protocol, resolved by one rule."""
     if expected["constrained"]:
@@ -58,11 +62,25 @@ def test_the_config_sets_only_what_it_names_and_the_protocol_records_itself():
     protocol = build_protocol(cfg, ScriptedModel([]))
     assert protocol == ReAct(recheck="results", thought_first=True)  # the rest left to ReAct's defaults
     record = Agent(ScriptedModel([]), [Calculator()], protocol).protocol.record()
-    assert record == {"protocol": "react", "working_first": True, "check_arithmetic": True, "ask_answer": True,
-                      "recheck": "results", "thought_first": True, "examples": False, "constrained": False,
-                      "search": "tool", "search_tool": None}  # no search tool among the tools: the model's own
+    assert record == {
+        "protocol": "react",
+        "working_first": True,
+        "check_arithmetic": True,
+        "ask_answer": True,
+        "recheck": "results",
+        "thought_first": True,
+        "examples": False,
+        "constrained": False,
+        "search": "tool",
+        "search_tool": None,
+    }  # no search tool among the tools: the model's own
     assert Tools(max_calls=2).resolved(ScriptedModel([]), []).record() == {
-        "protocol": "tools", "parallel": True, "max_calls": 2, "family": "hermes", "constrained": False}
+        "protocol": "tools",
+        "parallel": True,
+        "max_calls": 2,
+        "family": "hermes",
+        "constrained": False,
+    }
 
 
 def test_a_reply_with_text_and_calls_runs_its_calls():
@@ -75,8 +93,10 @@ def test_a_reply_with_text_and_calls_runs_its_calls():
             text = super().generate(messages, stop, **kwargs)
             if messages[-1]["role"] == "tool":
                 return text
-            return Reply("Let me work that out.", tool_calls=[{"id": "c1", "name": "calculator",
-                                                                "arguments": '{"expression": "6*7"}'}])
+            return Reply(
+                "Let me work that out.",
+                tool_calls=[{"id": "c1", "name": "calculator", "arguments": '{"expression": "6*7"}'}],
+            )
 
     result = Agent(Server(["", "It is 42."]), [Calculator()], "tools").run("6*7?")
     assert [s.kind for s in result.steps] == [StepKind.ACTION, StepKind.FINAL_ANSWER]
@@ -119,8 +139,9 @@ def test_calls_past_the_cap_are_refused_and_the_pool_is_bounded():
 
 def test_prompts_are_data_overridable_and_checksummed(tmp_path):
     model = ScriptedModel(["Final Answer: 1"])
-    agent = Agent(model, [Calculator()], ReAct(working_first=False),
-                  prompts={"react.system": {"en": "Tools: {tool_names}. Go."}})
+    agent = Agent(
+        model, [Calculator()], ReAct(working_first=False), prompts={"react.system": {"en": "Tools: {tool_names}. Go."}}
+    )
     agent.run("What is 1?")
     assert model.calls[0]["messages"][0]["content"] == "Tools: calculator. Go."
     assert agent.prompts.sha256 != shipped().sha256
@@ -133,6 +154,7 @@ def test_prompts_are_data_overridable_and_checksummed(tmp_path):
         Agent(model, [], prompts={"react.system": "{tools}"})
     # every shipped prompt has both languages, and the same slots in each
     import re
+
     for name, texts in shipped().texts.items():
         assert set(texts) == {"en", "zh"}, name
         assert set(re.findall(r"\{([a-z_]+)\}", texts["en"])) == set(re.findall(r"\{([a-z_]+)\}", texts["zh"])), name

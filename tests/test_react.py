@@ -1,4 +1,5 @@
 """The text protocol: parsing what real models write, prompts in both languages."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,41 +20,68 @@ from tinyagent.tutorial import (
 
 # (reply as a model wrote it, expected tool name, expected parsed arguments)
 MESSY_CALLS = [
-    ('Thought: search\nAction: google_search\nAction Input: {"search_query": "Jay Chou"}',
-     "google_search", {"search_query": "Jay Chou"}),
+    (
+        'Thought: search\nAction: google_search\nAction Input: {"search_query": "Jay Chou"}',
+        "google_search",
+        {"search_query": "Jay Chou"},
+    ),
     # no leading newline before Action
     ('Action: calculator\nAction Input: {"expression": "2**10"}', "calculator", {"expression": "2**10"}),
     # full-width colons, spaces before colons
-    ('Thought：查一下\nAction：google_search\nAction Input：{"search_query": "周杰伦"}',
-     "google_search", {"search_query": "周杰伦"}),
+    (
+        'Thought：查一下\nAction：google_search\nAction Input：{"search_query": "周杰伦"}',
+        "google_search",
+        {"search_query": "周杰伦"},
+    ),
     ('Thought : x\nAction : calculator\nAction Input : {"expression": "1+1"}', "calculator", {"expression": "1+1"}),
     # fenced JSON
-    ('Thought: x\nAction: calculator\nAction Input: ```json\n{"expression": "12*6"}\n```',
-     "calculator", {"expression": "12*6"}),
+    (
+        'Thought: x\nAction: calculator\nAction Input: ```json\n{"expression": "12*6"}\n```',
+        "calculator",
+        {"expression": "12*6"},
+    ),
     # single quotes and a trailing comma (json5)
     ("Action: calculator\nAction Input: {'expression': '3+6+9',}", "calculator", {"expression": "3+6+9"}),
     # prose after the JSON object
-    ('Action: calculator\nAction Input: {"expression": "2+2"} I will now wait for the result.',
-     "calculator", {"expression": "2+2"}),
+    (
+        'Action: calculator\nAction Input: {"expression": "2+2"} I will now wait for the result.',
+        "calculator",
+        {"expression": "2+2"},
+    ),
     # a hallucinated observation and more rounds: the first action wins
-    ('Thought: a\nAction: calculator\nAction Input: {"expression": "1+2"}\nObservation: 3\n'
-     'Thought: b\nAction: google_search\nAction Input: {"search_query": "x"}\nObservation: y\nFinal Answer: 3',
-     "calculator", {"expression": "1+2"}),
+    (
+        'Thought: a\nAction: calculator\nAction Input: {"expression": "1+2"}\nObservation: 3\n'
+        'Thought: b\nAction: google_search\nAction Input: {"search_query": "x"}\nObservation: y\nFinal Answer: 3',
+        "calculator",
+        {"expression": "1+2"},
+    ),
     # tool name decorated the way models do
     ('Action: `calculator`\nAction Input: {"expression": "5"}', "calculator", {"expression": "5"}),
     ('Action: [google_search]\nAction Input: {"search_query": "q"}', "google_search", {"search_query": "q"}),
     # markdown bold markers
-    ('**Thought:** x\n**Action:** calculator\n**Action Input:** {"expression": "7*7"}', "calculator",
-     {"expression": "7*7"}),
+    (
+        '**Thought:** x\n**Action:** calculator\n**Action Input:** {"expression": "7*7"}',
+        "calculator",
+        {"expression": "7*7"},
+    ),
     # full-width quotes and colon inside the JSON (Chinese input methods)
-    ('Action: google_search\nAction Input: {“search_query”： “周杰伦 第一张专辑”}', "google_search",
-     {"search_query": "周杰伦 第一张专辑"}),
+    (
+        'Action: google_search\nAction Input: {“search_query”： “周杰伦 第一张专辑”}',
+        "google_search",
+        {"search_query": "周杰伦 第一张专辑"},
+    ),
     # an answer invented after the action, before any observation: the action is executed
-    ('Action: calculator\nAction Input: {"expression": "465*321"}\nFinal Answer: 149265',
-     "calculator", {"expression": "465*321"}),
+    (
+        'Action: calculator\nAction Input: {"expression": "465*321"}\nFinal Answer: 149265',
+        "calculator",
+        {"expression": "465*321"},
+    ),
     # braces inside strings do not confuse the object scan
-    ('Action: google_search\nAction Input: {"search_query": "a } b {"} trailing', "google_search",
-     {"search_query": "a } b {"}),
+    (
+        'Action: google_search\nAction Input: {"search_query": "a } b {"} trailing',
+        "google_search",
+        {"search_query": "a } b {"},
+    ),
 ]
 
 
@@ -82,13 +110,16 @@ def test_final_answer_before_action_wins():
     assert parse_final_answer(reply) == "1979"  # the trailing Action block is not part of the answer
 
 
-@pytest.mark.parametrize("reply,answer", [
-    ("Thought: done\nFinal Answer: 1024", "1024"),
-    ("Final Answer：周杰伦出生于1979年。", "周杰伦出生于1979年。"),
-    ("Thought: x\nfinal answer : 72\nObservation: junk", "72"),
-    ("最终答案：1979", "1979"),
-    ("Just text", None),
-])
+@pytest.mark.parametrize(
+    "reply,answer",
+    [
+        ("Thought: done\nFinal Answer: 1024", "1024"),
+        ("Final Answer：周杰伦出生于1979年。", "周杰伦出生于1979年。"),
+        ("Thought: x\nfinal answer : 72\nObservation: junk", "72"),
+        ("最终答案：1979", "1979"),
+        ("Just text", None),
+    ],
+)
 def test_parse_final_answer(reply, answer):
     assert parse_final_answer(reply) == answer
 
@@ -98,8 +129,7 @@ def test_parse_thought():
     assert parse_thought("I know this.\nFinal Answer: 3") == "I know this."
 
 
-@pytest.mark.parametrize("text", [
-    "not json at all", '{"expression": ', "[1, 2]", '"just a string"', "{{{{", "}"])
+@pytest.mark.parametrize("text", ["not json at all", '{"expression": ', "[1, 2]", '"just a string"', "{{{{", "}"])
 def test_parse_action_input_errors_are_clear(text):
     with pytest.raises(ActionInputError) as e:
         parse_action_input(text)
@@ -162,13 +192,18 @@ def test_system_prompt_without_tools():
 
 
 def test_examples_rendered_in_system_prompt():
-    example = {"question": "What is 2**3?",
-               "steps": [{"thought": "compute", "action": "calculator",
-                          "action_input": {"expression": "2**3"}, "observation": "8"}],
-               "answer": "8"}
+    example = {
+        "question": "What is 2**3?",
+        "steps": [
+            {"thought": "compute", "action": "calculator", "action_input": {"expression": "2**3"}, "observation": "8"}
+        ],
+        "answer": "8",
+    }
     prompt = build_system_prompt([Calculator()], "en", [example])
-    assert 'Question: What is 2**3?\nThought: compute\nAction: calculator\nAction Input: {"expression": "2**3"}' \
-           "\nObservation: 8\nThought: I now know the final answer\nFinal Answer: 8" in prompt
+    assert (
+        'Question: What is 2**3?\nThought: compute\nAction: calculator\nAction Input: {"expression": "2**3"}'
+        "\nObservation: 8\nThought: I now know the final answer\nFinal Answer: 8" in prompt
+    )
     assert prompt.rstrip().endswith("Begin!") and prompt.count("Begin!") == 1
 
 

@@ -1,5 +1,6 @@
 """The README's Python example runs and prints what it says, and every relative link of the README and the
 docs pages points to a file that exists and, with an #anchor, to a heading of that file."""
+
 from __future__ import annotations
 
 import contextlib

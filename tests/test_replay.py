@@ -1,5 +1,6 @@
 """Teacher-forced replay (tinyagent/llm/replay.py) and the episode-cost benchmark's replay on tiny random
 models: every count is checked against the tokens the model's own tokenizer gives."""
+
 from __future__ import annotations
 
 import json
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from replay import ForceTokens, PassCounter, RecordedReply, ReplayModel, replay_generate
 
 from tinyagent import Agent, ReAct
 from tinyagent.agent import Step
@@ -17,13 +19,6 @@ from tinyagent.format.messages import prompt_messages
 from tinyagent.format.prompts import STOP_WORDS
 from tinyagent.format.reading import cut_at_observation
 from tinyagent.models.hf import HFChatModel
-from replay import (
-    ForceTokens,
-    PassCounter,
-    RecordedReply,
-    ReplayModel,
-    replay_generate,
-)
 from tinyagent.tools.calculator import Calculator
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
@@ -35,7 +30,8 @@ STOP = list(STOP_WORDS)
 QUESTION = [{"role": "system", "content": "Answer with tools."}, {"role": "user", "content": "What is 12 times 6?"}]
 TOOL_REPLY = RecordedReply(
     'Thought: I should compute it.\nAction: calculator\nAction Input: {"expression": "12*6"}\nObservation:',
-    continuation=" 72\nThought: I now know the final answer\nFinal Answer: 72")
+    continuation=" 72\nThought: I now know the final answer\nFinal Answer: 72",
+)
 FINAL_REPLY = RecordedReply("Thought: I now know the final answer\nFinal Answer: 72")
 
 
@@ -59,10 +55,11 @@ def wrapper(base: HFChatModel, reuse: bool) -> HFChatModel:
 
 def ids_of(model: HFChatModel, messages: list[dict], text: str) -> list[int]:
     prompt = model.render_prompt(messages)
-    return model.encode_prompt(prompt + text)[len(model.encode_prompt(prompt)):]
+    return model.encode_prompt(prompt + text)[len(model.encode_prompt(prompt)) :]
 
 
 # --- one step ------------------------------------------------------------------------------
+
 
 def test_with_stop_strings_exactly_the_reply_is_decoded(base):
     model = wrapper(base, reuse=False)
@@ -135,6 +132,7 @@ def test_forcing_the_models_own_choices_sees_the_same_scores(base):
         def record(input_ids, scores):
             seen[i].append(scores[0].clone())
             return scores
+
         return record
 
     free = model.generate(QUESTION, max_new_tokens=10, logits_processor=[recorder(0)])
@@ -160,6 +158,7 @@ def test_pass_counter_and_errors(base):
 
 # --- an agent episode --------------------------------------------------------------------
 
+
 class Recording(ReplayModel):
     def generate(self, messages, stop=None, **kwargs):
         self.prompts = [*getattr(self, "prompts", []), [dict(m) for m in messages]]
@@ -167,18 +166,24 @@ class Recording(ReplayModel):
 
 
 def run_episode(base: HFChatModel, use_stop: bool, reuse: bool) -> tuple:
-    replies = [TOOL_REPLY,
-               RecordedReply('Thought: Check it.\nAction: calculator\nAction Input: {"expression": "72/6"}\n'
-                             "Observation:", " 12\nFinal Answer: 72"),
-               FINAL_REPLY]
+    replies = [
+        TOOL_REPLY,
+        RecordedReply(
+            'Thought: Check it.\nAction: calculator\nAction Input: {"expression": "72/6"}\nObservation:',
+            " 12\nFinal Answer: 72",
+        ),
+        FINAL_REPLY,
+    ]
     replay = Recording(wrapper(base, reuse), replies, use_stop=use_stop)
     result = Agent(replay, [Calculator()], lang="en", protocol=CLASSIC).run("What is 12 times 6?")
     return replay, result
 
 
 def test_strategies_run_the_same_episode_at_different_costs(base):
-    runs = {name: run_episode(base, *flags) for name, flags in
-            {"original": (False, False), "stop": (True, False), "tinyagent": (True, True)}.items()}
+    runs = {
+        name: run_episode(base, *flags)
+        for name, flags in {"original": (False, False), "stop": (True, False), "tinyagent": (True, True)}.items()
+    }
     results = {name: r for name, (_, r) in runs.items()}
     assert {r.answer for r in results.values()} == {"72"}
     assert len({json.dumps(replay.prompts) for replay, _ in runs.values()}) == 1  # the same prompts in all three
@@ -197,6 +202,7 @@ def test_strategies_run_the_same_episode_at_different_costs(base):
 
 
 # --- the benchmark's episodes and command, on a random InternLM2 in the real layout ---------
+
 
 @pytest.fixture(scope="module")
 def bench():
@@ -235,8 +241,19 @@ def test_shipped_episodes_replay_as_recorded(bench, internlm2_dir):
 
 def test_bench_command_writes_its_figures(bench, internlm2_dir, tmp_path):
     out = tmp_path / "figures.json"
-    bench.main(["--random-internlm2-tiny", "--checkpoint-dir", str(internlm2_dir.parent), "--only",
-                "en-speed-of-light", "--device", "cpu", "--json", str(out)])
+    bench.main(
+        [
+            "--random-internlm2-tiny",
+            "--checkpoint-dir",
+            str(internlm2_dir.parent),
+            "--only",
+            "en-speed-of-light",
+            "--device",
+            "cpu",
+            "--json",
+            str(out),
+        ]
+    )
     report = json.loads(out.read_text())
     figures = report["backends"]["hf"]
     assert set(report["backends"]) == {"hf"} and set(figures["modes"]) == {"original", "stop", "tinyagent"}
@@ -257,8 +274,20 @@ def test_malformed_episode_file_is_reported(bench, tmp_path):
 
 def test_bench_concurrency_replays_the_episodes_as_agents_at_once(bench, internlm2_dir, tmp_path):
     out = tmp_path / "figures.json"
-    bench.main(["--random-internlm2-tiny", "--checkpoint-dir", str(internlm2_dir.parent), "--device", "cpu",
-                "--no-replay", "--concurrency", "3", "--json", str(out)])
+    bench.main(
+        [
+            "--random-internlm2-tiny",
+            "--checkpoint-dir",
+            str(internlm2_dir.parent),
+            "--device",
+            "cpu",
+            "--no-replay",
+            "--concurrency",
+            "3",
+            "--json",
+            str(out),
+        ]
+    )
     c = json.loads(out.read_text())["backends"]["hf"]["concurrency"]
     assert c["agents"] == len(c["episodes"]) == 3  # three different episodes, one per agent
     assert c["longest_agent_decoded"] <= c["batched_decode_passes"] < c["decoded"]  # passes were shared
@@ -278,7 +307,9 @@ def test_an_episode_replayed_on_llamacpp_feeds_the_lower_bound_by_llamacpps_own_
     from tinyagent.models.llamacpp import LlamaCppModel
 
     models = strategy_models(LlamaCppModel(embedded_gguf_path()))
-    episode = next(e for e in bench.load_episodes(sorted(bench.EPISODES.glob("*.jsonl"))) if e.id == "en-speed-of-light")
+    episode = next(
+        e for e in bench.load_episodes(sorted(bench.EPISODES.glob("*.jsonl"))) if e.id == "en-speed-of-light"
+    )
     tiny = bench.replay_episode(episode, "tinyagent", models["tinyagent"], 512)
     assert tiny["tokens_processed"] == tiny["lower_bound_tokens"] and tiny["reused_tokens"] > 1000
     stop = bench.replay_episode(episode, "stop", models["stop"], 512)

@@ -1,5 +1,6 @@
 """What real models write, read through a real Agent on a scripted model: every accepted reply form,
 and every reply with ReAct structure but no clear reading turned into an error that says what to write."""
+
 from __future__ import annotations
 
 import pytest
@@ -54,7 +55,9 @@ def first_step(reply: str):
 
     model = ScriptedModel(model_replies)
     # the reply as written: its answer taken as it comes (no re-check), a thought-only reply an error
-    result = Agent(model, tools=TOOLS, max_turns=3, protocol=ReAct(working_first=False, ask_answer=False, recheck=False)).run("a question")
+    result = Agent(
+        model, tools=TOOLS, max_turns=3, protocol=ReAct(working_first=False, ask_answer=False, recheck=False)
+    ).run("a question")
     return result, result.steps[0], model
 
 
@@ -63,10 +66,16 @@ CALLS = [
     # a plain string for a one-parameter tool, in the forms peers' tests use
     ("Thought: look it up\nAction: search\nAction Input: NBA", "search", {"query": "NBA"}),
     ('Action: search\nAction Input: "Leo DiCaprio girlfriend"', "search", {"query": "Leo DiCaprio girlfriend"}),
-    ("Action: sql_db_query\nAction Input: ```sql\nSELECT name FROM users LIMIT 3\n```", "sql_db_query",
-     {"query": "SELECT name FROM users LIMIT 3"}),
-    ("Action: python_repl\nAction Input: ```python\nx = 2\nprint(x * 21)\n```", "python_repl",
-     {"code": "x = 2\nprint(x * 21)"}),
+    (
+        "Action: sql_db_query\nAction Input: ```sql\nSELECT name FROM users LIMIT 3\n```",
+        "sql_db_query",
+        {"query": "SELECT name FROM users LIMIT 3"},
+    ),
+    (
+        "Action: python_repl\nAction Input: ```python\nx = 2\nprint(x * 21)\n```",
+        "python_repl",
+        {"code": "x = 2\nprint(x * 21)"},
+    ),
     ("Action: search\nAction Input: first line\nsecond line", "search", {"query": "first line\nsecond line"}),
     ("Action: calculator\nAction Input: 17 * 24", "calculator", {"expression": "17 * 24"}),
     # a note after the tool name; the ReAct paper's one-line form, numbered too
@@ -75,29 +84,50 @@ CALLS = [
     ("Thought 2: look\nAction 2: Search[Colorado orogeny]", "search", {"query": "Colorado orogeny"}),
     # JSON-blob actions (the LangChain chat format), fenced, bare, after an Action: label
     ('```json\n{"action": "search", "action_input": "weather in SF"}\n```', "search", {"query": "weather in SF"}),
-    ('Thought: I should add\nAction:\n```json\n{"action": "add", "action_input": {"a": 1, "b": 2}}\n```', "add",
-     {"a": 1, "b": 2}),
+    (
+        'Thought: I should add\nAction:\n```json\n{"action": "add", "action_input": {"a": 1, "b": 2}}\n```',
+        "add",
+        {"a": 1, "b": 2},
+    ),
     ('{"name": "search", "arguments": {"query": "x"}}', "search", {"query": "x"}),
     # JSON that is almost right
     ('Action: add\nAction Input: {"a": 2, "b": 3', "add", {"a": 2, "b": 3}),
     ('Action: search\nAction Input: {"query": "line one\nline two"}', "search", {"query": "line one\nline two"}),
     # the prompt's parameter list copied, with the value filled in (Qwen2.5-0.5B does both)
-    ('Action: calculator\nAction Input: {"name": "expression", "description": "17 * 24", "required": true, '
-     '"schema": {"type": "string"}}', "calculator", {"expression": "17 * 24"}),
-    ('Action: calculator\nAction Input: {"expression": "3 + 6 + 9", "required": true, "schema": {"type": "string"}}',
-     "calculator", {"expression": "3 + 6 + 9"}),
+    (
+        'Action: calculator\nAction Input: {"name": "expression", "description": "17 * 24", "required": true, '
+        '"schema": {"type": "string"}}',
+        "calculator",
+        {"expression": "17 * 24"},
+    ),
+    (
+        'Action: calculator\nAction Input: {"expression": "3 + 6 + 9", "required": true, "schema": {"type": "string"}}',
+        "calculator",
+        {"expression": "3 + 6 + 9"},
+    ),
     # Tool: / Tool Input: labels
     ('Tool: search\nTool Input: {"query": "x"}', "search", {"query": "x"}),
     # tool names as models write them
     ('Action: Search\nAction Input: {"query": "x"}', "search", {"query": "x"}),
     ('Action: 计算器\nAction Input: {"expression": "1+1"}', "calculator", {"expression": "1+1"}),
-    ('Action: The Calculator API can be used to evaluate the arithmetic expression\n'
-     'Action Input: {"expression": "17*24"}', "calculator", {"expression": "17*24"}),
-    ('Action: 调用 calculator API，传入参数 {"expression": "(48 + 52) * 3 / 4"}', "calculator",
-     {"expression": "(48 + 52) * 3 / 4"}),
+    (
+        'Action: The Calculator API can be used to evaluate the arithmetic expression\n'
+        'Action Input: {"expression": "17*24"}',
+        "calculator",
+        {"expression": "17*24"},
+    ),
+    (
+        'Action: 调用 calculator API，传入参数 {"expression": "(48 + 52) * 3 / 4"}',
+        "calculator",
+        {"expression": "(48 + 52) * 3 / 4"},
+    ),
     # reasoning models: nothing inside <think> is an action, an answer or an observation
-    ('<think>The user wants 2+2. Observation: a tool helps.\nAction: fake\nFinal Answer: 5</think>\n'
-     'Thought: use it\nAction: calculator\nAction Input: {"expression": "2+2"}', "calculator", {"expression": "2+2"}),
+    (
+        '<think>The user wants 2+2. Observation: a tool helps.\nAction: fake\nFinal Answer: 5</think>\n'
+        'Thought: use it\nAction: calculator\nAction Input: {"expression": "2+2"}',
+        "calculator",
+        {"expression": "2+2"},
+    ),
 ]
 
 
@@ -141,11 +171,18 @@ ERRORS = [
     ("<think>still thinking about it", "malformed", "no step after it"),
     ("Final Answer:", "malformed", "Final Answer was empty"),
     ("", "empty", "empty"),
-    ('Action: weather\nAction Input: {"city": "Paris"}', "unknown_tool",
-     "unknown tool 'weather'. Valid tools: search, add, sql_db_query, python_repl, calculator"),
+    (
+        'Action: weather\nAction Input: {"city": "Paris"}',
+        "unknown_tool",
+        "unknown tool 'weather'. Valid tools: search, add, sql_db_query, python_repl, calculator",
+    ),
     ("Action: add\nAction Input: 2 and 3", "bad_input", 'Write: Action Input: {"a": 1, "b": 1}'),
-    ('Action: calculator\nAction Input: {"name": "expression", "description": "the arithmetic expression, e.g. '
-     '2**10 or (3+6+9)*2+17", "required": true, "schema": {"type": "string"}}', "bad_input", "parameter description"),
+    (
+        'Action: calculator\nAction Input: {"name": "expression", "description": "the arithmetic expression, e.g. '
+        '2**10 or (3+6+9)*2+17", "required": true, "schema": {"type": "string"}}',
+        "bad_input",
+        "parameter description",
+    ),
 ]
 
 
@@ -179,12 +216,14 @@ def test_the_same_format_error_twice_shows_a_complete_step(scripted):
     assert second.observation.endswith(
         'A complete step looks like this:\nThought: I need calculator for this.\nAction: calculator\n'
         'Action Input: {"expression": "..."}\nThen stop and wait for the Observation. When you know the answer, '
-        "write a Thought, then Final Answer: and the answer itself on the same line.")
+        "write a Thought, then Final Answer: and the answer itself on the same line."
+    )
     assert "<the answer>" not in second.observation  # a placeholder line to copy: small models copy it as the answer
 
 
 def test_a_failed_call_may_be_retried(scripted):
     from tinyagent.tools.tool import ToolError
+
     attempts = []
 
     @tool
@@ -201,8 +240,10 @@ def test_a_failed_call_may_be_retried(scripted):
     assert attempts == ["q", "q"]
 
 
-@pytest.mark.parametrize("forced_reply", [" 42", "Final Answer: 42", "Thought: done\nFinal Answer: 42",
-                                          " 42\nThought: more\nAction: x", "Answer: 42"])
+@pytest.mark.parametrize(
+    "forced_reply",
+    [" 42", "Final Answer: 42", "Thought: done\nFinal Answer: 42", " 42\nThought: more\nAction: x", "Answer: 42"],
+)
 def test_the_forced_answer_is_taken_whether_or_not_the_label_is_restated(scripted, forced_reply):
     call = 'Action: calculator\nAction Input: {"expression": "6*7"}'
     result = Agent(scripted([call, forced_reply]), tools=[Calculator()], max_turns=1, protocol=CLASSIC).run("?")
@@ -212,7 +253,9 @@ def test_the_forced_answer_is_taken_whether_or_not_the_label_is_restated(scripte
 
 def test_no_forced_answer_is_reported_as_such(scripted):
     call = 'Action: calculator\nAction Input: {"expression": "6*7"}'
-    result = Agent(scripted([call, "Thought: I need more steps"]), tools=[Calculator()], max_turns=1, protocol=CLASSIC).run("?")
+    result = Agent(
+        scripted([call, "Thought: I need more steps"]), tools=[Calculator()], max_turns=1, protocol=CLASSIC
+    ).run("?")
     assert (result.answer, result.finished, result.stop_reason) == ("", False, "no_forced_answer")
     assert result.steps[-1].kind == "no_forced_answer"
 

@@ -1,6 +1,7 @@
 """The ReAct search policy: the question itself searched first (its results in front of the question, the
 prompt still growing), the model's own follow-up query, a second search when the first found nothing, an answer
 from the passages, short answers, and no placeholder of any prompt taken as an answer, in English and Chinese."""
+
 from __future__ import annotations
 
 import pytest
@@ -23,8 +24,11 @@ def test_the_question_is_searched_first_and_the_working_reads_its_passages():
     model = ScriptedModel([WORKING, "Thought: My working is right.\nFinal Answer: 1979"])
     result = Agent(model, [Calculator(), LocalSearch()]).run(JAY)
     searched, working, answer = result.steps
-    assert (searched.kind, searched.action, searched.arguments) == (StepKind.SEARCHED, "local_search",
-                                                                    {"search_query": JAY})
+    assert (searched.kind, searched.action, searched.arguments) == (
+        StepKind.SEARCHED,
+        "local_search",
+        {"search_query": JAY},
+    )
     assert "born on 18 January 1979" in searched.observation and searched.text == ""
     assert model.calls[0]["messages"] == retrieval_messages(JAY, searched.observation, "en")  # rag's own prompt
     assert working.kind == StepKind.WORKING and answer.final_answer == "1979" and result.answer == "1979"
@@ -34,10 +38,13 @@ def test_the_question_is_searched_first_and_the_working_reads_its_passages():
     assert Agent(model, [Calculator()]).protocol.search == "tool"  # no search tool: nothing to search first
 
 
-@pytest.mark.parametrize("question,working,offered", [
-    ("春节是农历的哪一天？", "春节是农历的正月初一。", "春节是农历的正月初一"),
-    (JAY, "The search results say so.\nJay Chou was born in 1979.", "Jay Chou was born in 1979"),
-])
+@pytest.mark.parametrize(
+    "question,working,offered",
+    [
+        ("春节是农历的哪一天？", "春节是农历的正月初一。", "春节是农历的正月初一"),
+        (JAY, "The search results say so.\nJay Chou was born in 1979.", "Jay Chou was born in 1979"),
+    ],
+)
 def test_a_grounded_working_without_its_answer_line_offers_its_last_line(question, working, offered):
     """Searched first, a working that answers without "The answer is" (small models, in Chinese most of all)
     has its last line offered as the answer to give, as retrieve-then-answer would read it."""
@@ -75,9 +82,13 @@ def test_which_tool_is_searched_first():
 
 
 def test_the_model_searches_again_with_its_own_query():
-    model = ScriptedModel(["I am not sure of the album.\nThe answer is Fantasy.",
-                           'Thought: check the album.\nAction: local_search\nAction Input: {"search_query": "Jay album"}',
-                           "Thought: The first album was Jay.\nFinal Answer: Jay"])
+    model = ScriptedModel(
+        [
+            "I am not sure of the album.\nThe answer is Fantasy.",
+            'Thought: check the album.\nAction: local_search\nAction Input: {"search_query": "Jay album"}',
+            "Thought: The first album was Jay.\nFinal Answer: Jay",
+        ]
+    )
     result = Agent(model, [LocalSearch()]).run("What was Jay Chou's first album?")
     assert [s.kind for s in result.steps] == ["searched", "working", "action", "final_answer"]
     assert result.steps[2].arguments == {"search_query": "Jay album"} and "Jay (album)" in result.steps[2].observation
@@ -95,14 +106,20 @@ def test_a_second_search_with_the_questions_own_words_when_the_first_finds_nothi
             search_query: the search keywords or question
         """
         queries.append(search_query)
-        return "[1] Notes\nThe kettle's warranty lasts two years." if "?" not in search_query else \
-            f"No results for {search_query!r} in the local corpus. Try other keywords."
+        return (
+            "[1] Notes\nThe kettle's warranty lasts two years."
+            if "?" not in search_query
+            else f"No results for {search_query!r} in the local corpus. Try other keywords."
+        )
 
     model = ScriptedModel(["The warranty lasts two years.\nThe answer is two years.", "Final Answer: two years"])
     result = Agent(model, [finder]).run("How long is the kettle's warranty?")
     assert queries == ["How long is the kettle's warranty?", "long kettle s warranty"]
     assert [s.kind for s in result.steps[:2]] == ["searched", "searched"]
-    assert "two years" in model.calls[0]["messages"][0]["content"] and "No results" not in model.calls[0]["messages"][0]["content"]
+    assert (
+        "two years" in model.calls[0]["messages"][0]["content"]
+        and "No results" not in model.calls[0]["messages"][0]["content"]
+    )
 
 
 def test_a_search_that_finds_nothing_or_is_refused_says_so_where_the_passages_go():
@@ -111,13 +128,19 @@ def test_a_search_that_finds_nothing_or_is_refused_says_so_where_the_passages_go
     result = agent.run(JAY)
     searched = result.steps[0]
     assert searched.kind == StepKind.SEARCHED and searched.error == "no searching today"
-    assert shipped().fill("direct.no_passages", "en", reason="no searching today") in model.calls[0]["messages"][0]["content"]
+    assert (
+        shipped().fill("direct.no_passages", "en", reason="no searching today")
+        in model.calls[0]["messages"][0]["content"]
+    )
 
 
-@pytest.mark.parametrize("question,reply,answer", [
-    (JAY, "Thought: The passages say so.\nFinal Answer: Jay Chou was born in 1979.", "1979"),
-    ("周杰伦哪一年出生？", "Thought: 搜索结果里有。\nFinal Answer: 问题的答案是 1979年", "1979年"),
-])
+@pytest.mark.parametrize(
+    "question,reply,answer",
+    [
+        (JAY, "Thought: The passages say so.\nFinal Answer: Jay Chou was born in 1979.", "1979"),
+        ("周杰伦哪一年出生？", "Thought: 搜索结果里有。\nFinal Answer: 问题的答案是 1979年", "1979年"),
+    ],
+)
 def test_an_answer_from_the_passages_without_the_working_first_and_its_short_form(question, reply, answer):
     model = ScriptedModel([reply])
     result = Agent(model, [LocalSearch()], ReAct(working_first=False)).run(question)
@@ -132,8 +155,10 @@ def test_short_answers():
     assert short_answer("The answer to the question is 1889.") == "1889"
     assert short_answer("So the final answer is: Michael Collins", "Who flew with Armstrong?") == "Michael Collins"
     assert short_answer("周杰伦出生于1979年1月18日。", "周杰伦哪一年出生？") == "1979年"
-    assert short_answer("He was born in 1979 and released Jay in 2000.", "Which year was he born?") == \
-        "He was born in 1979 and released Jay in 2000."  # two years: not one to pick
+    assert (
+        short_answer("He was born in 1979 and released Jay in 2000.", "Which year was he born?")
+        == "He was born in 1979 and released Jay in 2000."
+    )  # two years: not one to pick
     assert short_answer("Jay", "What was his first album?") == "Jay"
 
 
@@ -142,15 +167,20 @@ def test_no_placeholder_of_any_prompt_is_an_answer(lang):
     """Each format line of every prompt describes what to write; copied as a Final Answer it is a format error."""
     tools = [Calculator(), LocalSearch()]
     prompts = shipped()
-    copied = [line.split(": ", 1)[1] for name in ("react.system", "check.body", "check.end_none")
-              for line in prompts.fill(name, lang, tool_names="calculator, local_search").splitlines()
-              if line.startswith(("Action Input: ", "Thought: ", "Final Answer: ", "Action: ", "Question: "))]
+    copied = [
+        line.split(": ", 1)[1]
+        for name in ("react.system", "check.body", "check.end_none")
+        for line in prompts.fill(name, lang, tool_names="calculator, local_search").splitlines()
+        if line.startswith(("Action Input: ", "Thought: ", "Final Answer: ", "Action: ", "Question: "))
+    ]
     assert len(copied) >= 8
     for text in copied:
         reading = ReAct().read(Reply(f"Final Answer: {text}"), tools, lang, prompts)[0]
         assert reading.kind == StepKind.MALFORMED, text
     assert ReAct().read(Reply("Final Answer: 1979"), tools, lang, prompts)[0].kind == StepKind.FINAL_ANSWER
-    working = "答案是 工具的参数，写成 JSON 对象" if lang == "zh" else "The answer is the tool's arguments as a JSON object."
+    working = (
+        "答案是 工具的参数，写成 JSON 对象" if lang == "zh" else "The answer is the tool's arguments as a JSON object."
+    )
     model = ScriptedModel([working, "Final Answer: 1979"])
     result = Agent(model, [Calculator()]).run("周杰伦哪一年出生？" if lang == "zh" else JAY)
     assert result.steps[0].observation == build_check_prompt([Calculator()], lang, None)  # no answer offered
@@ -167,9 +197,11 @@ def test_the_prompt_only_grows_with_the_search_results_in_it(tiny_llama_dir):
             ids.append(real.encode_prompt(real.render_prompt(messages)))
             return super().generate(messages, stop, **kwargs)
 
-    replies = ["I am not sure.\nThe answer is Fantasy.",
-               'Thought: check.\nAction: local_search\nAction Input: {"search_query": "Jay album"}',
-               "Thought: It was Jay.\nFinal Answer: Jay"]
+    replies = [
+        "I am not sure.\nThe answer is Fantasy.",
+        'Thought: check.\nAction: local_search\nAction Input: {"search_query": "Jay album"}',
+        "Thought: It was Jay.\nFinal Answer: Jay",
+    ]
     result = Agent(Tokens(replies), [LocalSearch()]).run("What was Jay Chou's first album?")
     assert [s.kind for s in result.steps] == ["searched", "working", "action", "final_answer"] and len(ids) == 3
     for before, after in zip(ids, ids[1:]):

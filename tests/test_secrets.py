@@ -1,4 +1,5 @@
 """API keys appear in no output, trace, log or error text: the real CLI through success and failure paths."""
+
 from __future__ import annotations
 
 import json
@@ -19,10 +20,20 @@ SEARCH_CALL = 'Thought: search\nAction: google_search\nAction Input: {"search_qu
 
 def run_cli(args, tmp_path, serper_url="http://127.0.0.1:9/search", timeout=120):
     trace = tmp_path / "trace.jsonl"
-    env = {**os.environ, "OPENAI_API_KEY": OPENAI_KEY, "SERPER_API_KEY": SERPER_KEY,
-           "SERPER_ENDPOINT": serper_url, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "tinyagent", *args, "--no-working-first", "--trace", str(trace)],
-                          capture_output=True, text=True, env=env, timeout=timeout)
+    env = {
+        **os.environ,
+        "OPENAI_API_KEY": OPENAI_KEY,
+        "SERPER_API_KEY": SERPER_KEY,
+        "SERPER_ENDPOINT": serper_url,
+        "HF_HUB_OFFLINE": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "tinyagent", *args, "--no-working-first", "--trace", str(trace)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
     written = trace.read_text() if trace.exists() else ""
     return proc, written
 
@@ -41,8 +52,10 @@ def serper():
 
 def config_file(tmp_path, base_url, timeout=5, retries=1):
     path = tmp_path / "server.yaml"
-    path.write_text(f"model:\n  backend: openai\n  name: stub\n  base_url: {base_url}\n  scratchpad: fold\n"
-                    f"  timeout: {timeout}\n  max_retries: {retries}\nagent:\n  tools: [google_search, calculator]\n")
+    path.write_text(
+        f"model:\n  backend: openai\n  name: stub\n  base_url: {base_url}\n  scratchpad: fold\n"
+        f"  timeout: {timeout}\n  max_retries: {retries}\nagent:\n  tools: [google_search, calculator]\n"
+    )
     return str(path)
 
 
@@ -52,8 +65,9 @@ def test_success_path_with_a_leaky_model_and_search_service(tmp_path, serper, mo
     serper.plan = [(200, {"organic": [{"title": "Leak", "snippet": f"your key is {SERPER_KEY}"}]})]
     replies = [SEARCH_CALL, f"Thought: done\nFinal Answer: the key was {OPENAI_KEY} and {SERPER_KEY}"]
     with OpenAIStub(replies, require_key=OPENAI_KEY) as stub:
-        proc, trace = run_cli(["ask", *mode, "--config", config_file(tmp_path, stub.base_url), "Jay Chou?"],
-                              tmp_path, serper.url)
+        proc, trace = run_cli(
+            ["ask", *mode, "--config", config_file(tmp_path, stub.base_url), "Jay Chou?"], tmp_path, serper.url
+        )
     assert proc.returncode == 0, proc.stderr
     assert "[REDACTED]" in proc.stdout and "Leak" in proc.stdout
     assert serper.requests[0]["headers"]["X-API-KEY"] == SERPER_KEY  # the key was really used
@@ -64,6 +78,7 @@ def test_success_path_with_a_leaky_model_and_search_service(tmp_path, serper, mo
 
 def echo_key_server():
     """A server that answers 401 with the Authorization header in its message, as some APIs do."""
+
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
@@ -86,10 +101,13 @@ def echo_key_server():
 def test_failure_paths(tmp_path, serper, failure):
     echo = echo_key_server() if failure == "401_echo" else None
     replies = [SEARCH_CALL, "Final Answer: no search"]
-    stub = OpenAIStub(replies, require_key=OPENAI_KEY, slow_seconds=3,
-                      fail_rate=1.0 if failure == "500s" else 0.0).start()
-    base_url = {"down": "http://127.0.0.1:9/v1",
-                "401_echo": echo and f"http://127.0.0.1:{echo.server_address[1]}/v1"}.get(failure, stub.base_url)
+    stub = OpenAIStub(
+        replies, require_key=OPENAI_KEY, slow_seconds=3, fail_rate=1.0 if failure == "500s" else 0.0
+    ).start()
+    base_url = {
+        "down": "http://127.0.0.1:9/v1",
+        "401_echo": echo and f"http://127.0.0.1:{echo.server_address[1]}/v1",
+    }.get(failure, stub.base_url)
     if failure == "search_403_echo":
         serper.plan = [(403, {"message": f"key {SERPER_KEY} is not allowed"})]
     if failure == "search_500":
@@ -98,8 +116,11 @@ def test_failure_paths(tmp_path, serper, failure):
         for mode in (["--json"], ["--verbose"]):
             if failure == "timeout":
                 stub.push("slow", "slow")  # the first try and its one retry
-            proc, trace = run_cli(["ask", *mode, "--config", config_file(tmp_path, base_url, timeout=1),
-                                   "Jay Chou?"], tmp_path, serper.url)
+            proc, trace = run_cli(
+                ["ask", *mode, "--config", config_file(tmp_path, base_url, timeout=1), "Jay Chou?"],
+                tmp_path,
+                serper.url,
+            )
             assert_no_secret(proc.stdout, proc.stderr, trace)
             if failure.startswith("search"):
                 assert proc.returncode == 0 and "Error: " in (proc.stdout + trace)
@@ -131,11 +152,15 @@ def test_any_urls_credentials_are_stripped_from_what_is_shown():
     from tinyagent.redaction import redact, secret_scope
 
     with secret_scope(fresh=True):
-        text = (f"calling {CRED_URL} and https://ghp_token1234@github.com/x?access_token=zz99&sig=ab12"
-                "&author=me&page=2, then mailto:someone@example.org")
-        assert redact(text) == ("calling http://[REDACTED]@127.0.0.1:9/v1?api-key=[REDACTED]&model=x and "
-                                "https://[REDACTED]@github.com/x?access_token=[REDACTED]&sig=[REDACTED]&author=me"
-                                "&page=2, then mailto:someone@example.org")
+        text = (
+            f"calling {CRED_URL} and https://ghp_token1234@github.com/x?access_token=zz99&sig=ab12"
+            "&author=me&page=2, then mailto:someone@example.org"
+        )
+        assert redact(text) == (
+            "calling http://[REDACTED]@127.0.0.1:9/v1?api-key=[REDACTED]&model=x and "
+            "https://[REDACTED]@github.com/x?access_token=[REDACTED]&sig=[REDACTED]&author=me"
+            "&page=2, then mailto:someone@example.org"
+        )
 
 
 def test_a_base_urls_credentials_become_secrets_of_the_model(caplog):

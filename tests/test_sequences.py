@@ -1,5 +1,6 @@
 """SequencePool: which llama.cpp sequence a prompt continues, with sequences busy while a call generates into
 them (never given to another call, never dropped, though their start may be shared)."""
+
 from __future__ import annotations
 
 from tinyagent.engine.prefix_cache import common_prefix_length

@@ -3,6 +3,7 @@ its model a scripted OpenAI-compatible stub (tests/openai_stub.py) in this proce
 answers, the client's messages as the agent's history, two conversations at once, a client that goes away
 mid-run, keys, limits and failures. The request checks with no run behind them go through the app in
 process (Starlette's test client)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -48,6 +49,7 @@ def asks(body: dict, text: str) -> bool:
 
 # --- answers ----------------------------------------------------------------------------------------
 
+
 def test_a_plain_answer_has_the_steps_as_reasoning_and_usage_of_every_model_call():
     with OpenAIStub(replies=[ACT, ANSWER]) as stub, Served(*stub_args(stub)) as server:
         api = client(server)
@@ -59,8 +61,9 @@ def test_a_plain_answer_has_the_steps_as_reasoning_and_usage_of_every_model_call
         assert "Action: calculator" in reasoning and "Observation: 42" in reasoning
         assert reasoning.index("Action: calculator") < reasoning.index("Observation: 42") < reasoning.index("Final")
         assert stub.chat_requests == 2
-        prompts = sum(count_words(" ".join(str(m.get("content") or "") for m in r["body"]["messages"]))
-                      for r in stub.requests)
+        prompts = sum(
+            count_words(" ".join(str(m.get("content") or "") for m in r["body"]["messages"])) for r in stub.requests
+        )
         assert reply.usage.prompt_tokens == prompts  # every model call of the run, as the model reported them
         assert reply.usage.completion_tokens == count_words(ACT) + count_words(ANSWER)
         assert reply.model_extra["tinyagent"]["stop_reason"] == "final_answer"
@@ -78,18 +81,30 @@ def test_a_streamed_answer_sends_the_steps_live_then_the_answer_then_usage():
 
     with OpenAIStub(replies=replies) as stub, Served(*stub_args(stub), "--name", "helper") as server:
         stream = client(server).chat.completions.create(
-            model="helper", messages=[{"role": "user", "content": "6 times 7?"}], stream=True,
-            stream_options={"include_usage": True})
+            model="helper",
+            messages=[{"role": "user", "content": "6 times 7?"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
         for chunk in stream:
             chunks.append(chunk)
-            if "Observation: 42" in "".join(c.choices[0].delta.model_extra.get("reasoning_content") or ""
-                                             for c in chunks if c.choices):
+            if "Observation: 42" in "".join(
+                c.choices[0].delta.model_extra.get("reasoning_content") or "" for c in chunks if c.choices
+            ):
                 seen_observation.set()
     assert chunks[0].choices[0].delta.role == "assistant"
-    kinds = ["reasoning" if c.choices and c.choices[0].delta.model_extra.get("reasoning_content") else
-             "content" if c.choices and c.choices[0].delta.content else
-             "finish" if c.choices and c.choices[0].finish_reason else "usage" if c.usage else "other"
-             for c in chunks[1:]]
+    kinds = [
+        "reasoning"
+        if c.choices and c.choices[0].delta.model_extra.get("reasoning_content")
+        else "content"
+        if c.choices and c.choices[0].delta.content
+        else "finish"
+        if c.choices and c.choices[0].finish_reason
+        else "usage"
+        if c.usage
+        else "other"
+        for c in chunks[1:]
+    ]
     assert kinds[-3:] == ["content", "finish", "usage"] and set(kinds[:-3]) == {"reasoning"}
     reasoning = "".join(c.choices[0].delta.model_extra["reasoning_content"] for c in chunks[1:-3])
     assert reasoning.startswith("Thought: I should compute it.") and "Observation: 42\n" in reasoning
@@ -100,17 +115,26 @@ def test_a_streamed_answer_sends_the_steps_live_then_the_answer_then_usage():
 
 
 def test_the_clients_messages_are_the_history_and_the_last_user_message_the_question():
-    with OpenAIStub(replies=["Final Answer: Lyon is 470 km away"]) as stub, \
-            Served(*stub_args(stub, "--no-working-first")) as server:
-        reply = client(server).chat.completions.create(model="tinyagent", messages=[
-            {"role": "system", "content": "You are a pirate."},
-            {"role": "user", "content": "How far is Paris?"},
-            {"role": "assistant", "content": "450 km."},
-            {"role": "user", "content": [{"type": "text", "text": "And Lyon?"}]}])
+    with (
+        OpenAIStub(replies=["Final Answer: Lyon is 470 km away"]) as stub,
+        Served(*stub_args(stub, "--no-working-first")) as server,
+    ):
+        reply = client(server).chat.completions.create(
+            model="tinyagent",
+            messages=[
+                {"role": "system", "content": "You are a pirate."},
+                {"role": "user", "content": "How far is Paris?"},
+                {"role": "assistant", "content": "450 km."},
+                {"role": "user", "content": [{"type": "text", "text": "And Lyon?"}]},
+            ],
+        )
         assert reply.choices[0].message.content == "Lyon is 470 km away"
         sent = stub.requests[0]["body"]["messages"]
     assert [(m["role"], m["content"]) for m in sent[1:]] == [
-        ("user", "How far is Paris?"), ("assistant", "450 km."), ("user", "And Lyon?")]
+        ("user", "How far is Paris?"),
+        ("assistant", "450 km."),
+        ("user", "And Lyon?"),
+    ]
     assert sent[0]["role"] == "system" and "pirate" not in json.dumps(sent)  # the agent's own system prompt
 
 
@@ -123,7 +147,9 @@ def test_two_conversations_run_at_once_each_with_its_own_answer():
         api = client(server)
 
         def ask(word: str) -> None:
-            reply = api.chat.completions.create(model="tinyagent", messages=[{"role": "user", "content": f"say {word}"}])
+            reply = api.chat.completions.create(
+                model="tinyagent", messages=[{"role": "user", "content": f"say {word}"}]
+            )
             answers[word] = reply.choices[0].message.content
 
         threads = [threading.Thread(target=ask, args=(w,)) for w in ("alpha", "beta")]
@@ -149,7 +175,8 @@ def test_a_client_that_goes_away_mid_run_stops_its_run():
     with OpenAIStub(replies=replies) as stub, Served(*stub_args(stub, "--verbose")) as server:
         api = client(server)
         with api.chat.completions.with_streaming_response.create(
-                model="tinyagent", messages=[{"role": "user", "content": "count on"}], stream=True) as response:
+            model="tinyagent", messages=[{"role": "user", "content": "count on"}], stream=True
+        ) as response:
             for line in response.iter_lines():
                 if "Observation" in line:
                     break  # the first step is done and the second is being asked: hang up
@@ -163,21 +190,25 @@ def test_a_client_that_goes_away_mid_run_stops_its_run():
 
 # --- keys ------------------------------------------------------------------------------------------
 
+
 def test_a_wrong_or_missing_key_is_refused_with_401():
     with OpenAIStub(replies=ANSWER) as stub, Served(*stub_args(stub), env=environment(TINYAGENT_API_KEY=KEY)) as server:
         with pytest.raises(openai.AuthenticationError) as e:
             client(server, key="sk-wrong-key-0123456789012").chat.completions.create(
-                model="tinyagent", messages=[{"role": "user", "content": "hi"}])
+                model="tinyagent", messages=[{"role": "user", "content": "hi"}]
+            )
         assert e.value.status_code == 401 and e.value.body["code"] == "invalid_api_key"
         with pytest.raises(openai.AuthenticationError):
             client(server, key="wrong").models.list()
-        bare = requests.post(f"{server.base_url}/chat/completions", json={"messages": [
-            {"role": "user", "content": "hi"}]}, timeout=30)  # no Authorization header at all
+        bare = requests.post(
+            f"{server.base_url}/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}, timeout=30
+        )  # no Authorization header at all
         assert bare.status_code == 401 and bare.headers["www-authenticate"] == "Bearer"
         assert requests.get(f"{server.base_url[:-3]}/health", timeout=30).json() == {"status": "ok"}
         assert stub.chat_requests == 0
-        reply = client(server, key=KEY).chat.completions.create(model="tinyagent",
-                                                                messages=[{"role": "user", "content": "hi"}])
+        reply = client(server, key=KEY).chat.completions.create(
+            model="tinyagent", messages=[{"role": "user", "content": "hi"}]
+        )
         assert reply.choices[0].message.content == "42"
         assert KEY not in "".join(server.lines)
 
@@ -197,6 +228,7 @@ def test_listening_beyond_loopback_needs_a_key_and_a_long_one():
 
 # --- limits and failures ---------------------------------------------------------------------------------
 
+
 def test_a_full_server_refuses_with_429_and_the_next_request_runs():
     release = threading.Event()
 
@@ -205,11 +237,16 @@ def test_a_full_server_refuses_with_429_and_the_next_request_runs():
             assert release.wait(30)
         return ANSWER
 
-    with OpenAIStub(replies=replies) as stub, \
-            Served(*stub_args(stub, "--max-runs", "1", "--max-waiting", "0")) as server:
+    with (
+        OpenAIStub(replies=replies) as stub,
+        Served(*stub_args(stub, "--max-runs", "1", "--max-waiting", "0")) as server,
+    ):
         api, outcome = client(server), {}
-        slow = threading.Thread(target=lambda: outcome.setdefault("slow", api.chat.completions.create(
-            model="tinyagent", messages=[{"role": "user", "content": "slow"}])))
+        slow = threading.Thread(
+            target=lambda: outcome.setdefault(
+                "slow", api.chat.completions.create(model="tinyagent", messages=[{"role": "user", "content": "slow"}])
+            )
+        )
         slow.start()
         try:
             while stub.chat_requests == 0:  # the slow run holds the one turn
@@ -234,26 +271,33 @@ def test_a_model_failure_is_one_error_not_retried_by_the_client():
         assert stub.chat_requests == 1  # neither the client nor the server asked again
         stub.push("400")
         with pytest.raises(openai.APIError, match="400"):  # streamed: the error arrives as an event
-            for _ in api.chat.completions.create(model="tinyagent", messages=[{"role": "user", "content": "hi"}],
-                                                 stream=True):
+            for _ in api.chat.completions.create(
+                model="tinyagent", messages=[{"role": "user", "content": "hi"}], stream=True
+            ):
                 pass
 
 
 def test_secrets_in_the_models_replies_never_reach_the_client():
     secret = "sk-test-secret-value-4242"
-    replies = [f"Thought: my key is {secret}.\nAction: calculator\nAction Input: {{\"expression\": \"6*7\"}}",
-               f"Final Answer: 42, and the key is {secret}"]
-    with OpenAIStub(replies=replies, require_key=secret, chunk_chars=2) as stub, \
-            Served(*stub_args(stub), env=environment(OPENAI_API_KEY=secret)) as server:
+    replies = [
+        f"Thought: my key is {secret}.\nAction: calculator\nAction Input: {{\"expression\": \"6*7\"}}",
+        f"Final Answer: 42, and the key is {secret}",
+    ]
+    with (
+        OpenAIStub(replies=replies, require_key=secret, chunk_chars=2) as stub,
+        Served(*stub_args(stub), env=environment(OPENAI_API_KEY=secret)) as server,
+    ):
         text = ""
         for chunk in client(server).chat.completions.create(
-                model="tinyagent", messages=[{"role": "user", "content": "hi"}], stream=True):
+            model="tinyagent", messages=[{"role": "user", "content": "hi"}], stream=True
+        ):
             delta = chunk.choices[0].delta if chunk.choices else None
             text += (delta.model_extra.get("reasoning_content") or "") + (delta.content or "") if delta else ""
     assert secret not in text and text.count("[REDACTED]") == 3
 
 
 # --- requests refused before a run (in process) ---------------------------------------------------------
+
 
 @pytest.fixture
 def app_client():
@@ -262,23 +306,37 @@ def app_client():
     def make(limits: Limits = Limits(), key: str | None = None):
         def factory(**callbacks):
             return Agent(ScriptedModel(["Final Answer: ok"]), [Calculator()], working_first=False, **callbacks)
+
         return TestClient(create_app(factory, "agent", key, limits))
+
     return make
 
 
-@pytest.mark.parametrize("body, status, words", [
-    ({"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]}, 404, "does not exist"),
-    ({"messages": [{"role": "user", "content": "x" * 101}]}, 400, "too long (101 characters; the limit is 100)"),
-    ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}, 400,
-     "the last message must be the user's question"),
-    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400,
-     "only text content"),
-    ({"messages": [{"role": "tool", "content": "1", "tool_call_id": "a"}, {"role": "user", "content": "hi"}]}, 400,
-     "runs its own tools"),
-    ({"messages": []}, 400, "non-empty list"),
-    ({"messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "only one choice"),
-    ([1, 2], 400, "JSON object"),
-])
+@pytest.mark.parametrize(
+    "body, status, words",
+    [
+        ({"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]}, 404, "does not exist"),
+        ({"messages": [{"role": "user", "content": "x" * 101}]}, 400, "too long (101 characters; the limit is 100)"),
+        (
+            {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]},
+            400,
+            "the last message must be the user's question",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+            400,
+            "only text content",
+        ),
+        (
+            {"messages": [{"role": "tool", "content": "1", "tool_call_id": "a"}, {"role": "user", "content": "hi"}]},
+            400,
+            "runs its own tools",
+        ),
+        ({"messages": []}, 400, "non-empty list"),
+        ({"messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "only one choice"),
+        ([1, 2], 400, "JSON object"),
+    ],
+)
 def test_requests_the_agent_cannot_take_get_a_clear_error(app_client, body, status, words):
     response = app_client(Limits(max_question_chars=100)).post("/v1/chat/completions", json=body)
     assert response.status_code == status
@@ -297,9 +355,16 @@ def test_a_body_too_large_or_not_json_is_refused_before_it_is_read_whole(app_cli
 
 
 def test_conversation_mapping_joins_turns_and_keeps_answers_without_a_question():
-    c = conversation_of([{"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "a"},
-                         {"role": "user", "content": "b"}, {"role": "developer", "content": "ignored"},
-                         {"role": "assistant", "content": "c"}, {"role": "user", "content": "d"}])
+    c = conversation_of(
+        [
+            {"role": "assistant", "content": "Hello!"},
+            {"role": "user", "content": "a"},
+            {"role": "user", "content": "b"},
+            {"role": "developer", "content": "ignored"},
+            {"role": "assistant", "content": "c"},
+            {"role": "user", "content": "d"},
+        ]
+    )
     assert c.history == [("", "Hello!"), ("a\n\nb", "c")] and c.question == "d"
     with pytest.raises(BadRequest, match="question .* is empty"):
         conversation_of([{"role": "user", "content": "  "}])
@@ -317,10 +382,14 @@ def children_of(pid: int) -> set[int]:
 
 def test_sigterm_stops_the_server_and_its_tools_mcp_servers():
     clock = f"{sys.executable} -m mcp_server_time"
-    replies = ['Thought: ask the clock.\nAction: get_current_time\nAction Input: {"timezone": "UTC"}',
-               "Final Answer: now"]
+    replies = [
+        'Thought: ask the clock.\nAction: get_current_time\nAction Input: {"timezone": "UTC"}',
+        "Final Answer: now",
+    ]
     with OpenAIStub(replies=replies) as stub, Served(*stub_args(stub, "--mcp", clock)) as server:
-        reply = client(server).chat.completions.create(model="tinyagent", messages=[{"role": "user", "content": "time?"}])
+        reply = client(server).chat.completions.create(
+            model="tinyagent", messages=[{"role": "user", "content": "time?"}]
+        )
         assert "Observation: {" in reply.choices[0].message.model_extra["reasoning_content"]
         tools = children_of(server.proc.pid)
         assert tools  # the MCP server the --mcp option started

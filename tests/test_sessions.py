@@ -1,5 +1,6 @@
 """The chat page's session store (tinyagent.web.sessions): ids the server makes, idle sessions evicted after
 their TTL, a cap on how many are kept. A hand-moved clock: no sleeps."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,8 +19,13 @@ class Clock:
 def store(**kwargs):
     clock, dropped = Clock(), []
     made = iter(range(1_000_000))
-    sessions = SessionStore(lambda: {"n": next(made), "busy": False}, busy=lambda s: s["busy"],
-                            on_drop=dropped.append, clock=clock, **kwargs)
+    sessions = SessionStore(
+        lambda: {"n": next(made), "busy": False},
+        busy=lambda s: s["busy"],
+        on_drop=dropped.append,
+        clock=clock,
+        **kwargs,
+    )
     return sessions, clock, dropped
 
 

@@ -1,6 +1,7 @@
 """How much of an answer OpenAIChatModel reads (tinyagent.models.sse), against the stub server: a stream
 is closed at the stop string or past max_new_tokens, a call ends at its deadline, no body is read past
 its byte cap; the context window comes from the server's model list and the agent fits prompts to it."""
+
 from __future__ import annotations
 
 import threading
@@ -50,7 +51,7 @@ def test_a_stream_is_closed_at_the_stop_string_and_its_usage_estimated():
     with OpenAIStub(CALL, script=["endless_stream"]) as stub:  # after the reply, the server never stops
         model = model_for(stub)
         text = finishes(lambda: model.generate(USER, stop=["\nObservation:"], on_text=shown.append))
-    cut = CALL[:CALL.index("\nObservation:")]
+    cut = CALL[: CALL.index("\nObservation:")]
     assert text.text == cut == "".join(shown)
     assert text.prompt_tokens == model.count_tokens(USER) and text.completion_tokens >= estimate_tokens(cut)
 
@@ -94,8 +95,10 @@ def test_the_default_byte_cap_refuses_a_30_megabyte_body():
 
 
 def test_the_context_window_is_read_once_from_the_model_list():
-    with OpenAIStub("ok", models=[{"id": "other", "max_model_len": 99},
-                                  {"id": "stub-model", "object": "model", "max_model_len": 2048}]) as stub:
+    with OpenAIStub(
+        "ok",
+        models=[{"id": "other", "max_model_len": 99}, {"id": "stub-model", "object": "model", "max_model_len": 2048}],
+    ) as stub:
         model = model_for(stub)
         assert (model.context_window, model.context_window, stub.model_list_requests) == (2048, 2048, 1)
         assert model_for(stub, context_window=512).context_window == 512 and stub.model_list_requests == 1
@@ -112,6 +115,9 @@ def test_the_agent_fits_a_long_chat_to_the_server_window():
         result = agent.run("the last question", history=history)
         sent = stub.requests[0]["body"]["messages"]
     assert result.answer == "ok"
-    assert agent.model.count_tokens(sent) <= 4096 - 256 < agent.model.count_tokens(
-        [{"role": "user", "content": q + a} for q, a in history])
+    assert (
+        agent.model.count_tokens(sent)
+        <= 4096 - 256
+        < agent.model.count_tokens([{"role": "user", "content": q + a} for q, a in history])
+    )
     assert "earlier conversation turn(s) omitted" in sent[0]["content"] and sent[-1]["content"] == "the last question"

@@ -1,5 +1,6 @@
 """The conversation store: turns and steps kept in one SQLite file, read back after a restart; several
 writers at once; a writer killed mid-write loses only its turn; a file it cannot read refused in one line."""
+
 from __future__ import annotations
 
 import os
@@ -23,13 +24,32 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def result(question: str, answer: str, steps: int = 2) -> AgentResult:
     """A finished run with `steps` tool steps and a final one."""
-    made = [Step(index=i, text=f"Action: calculator {i}", kind=StepKind.ACTION, action="calculator",
-                 arguments={"expression": f"{i}+1"}, observation=str(i + 1), prompt_tokens=10, completion_tokens=3)
-            for i in range(steps)]
+    made = [
+        Step(
+            index=i,
+            text=f"Action: calculator {i}",
+            kind=StepKind.ACTION,
+            action="calculator",
+            arguments={"expression": f"{i}+1"},
+            observation=str(i + 1),
+            prompt_tokens=10,
+            completion_tokens=3,
+        )
+        for i in range(steps)
+    ]
     made.append(Step(index=steps, text=f"Final Answer: {answer}", kind=StepKind.FINAL_ANSWER, final_answer=answer))
-    return AgentResult(question=question, answer=answer, steps=made, finished=True,
-                       stop_reason=StopReason.FINAL_ANSWER, lang="en", generate_calls=steps + 1,
-                       prompt_tokens=10 * (steps + 1), completion_tokens=3 * (steps + 1), seconds=0.5)
+    return AgentResult(
+        question=question,
+        answer=answer,
+        steps=made,
+        finished=True,
+        stop_reason=StopReason.FINAL_ANSWER,
+        lang="en",
+        generate_calls=steps + 1,
+        prompt_tokens=10 * (steps + 1),
+        completion_tokens=3 * (steps + 1),
+        seconds=0.5,
+    )
 
 
 def test_turns_and_steps_come_back_from_a_new_store_on_the_same_file(tmp_path):
@@ -94,6 +114,7 @@ def test_the_data_directory_follows_the_environment(tmp_path, monkeypatch):
 
 # --- files it cannot read ---------------------------------------------------------------------------
 
+
 def test_a_store_from_a_newer_version_is_refused_in_one_line(tmp_path):
     path = tmp_path / "c.sqlite3"
     SQLiteStore(path).append("a", "q", "a")
@@ -101,8 +122,10 @@ def test_a_store_from_a_newer_version_is_refused_in_one_line(tmp_path):
         db.execute(f"PRAGMA user_version = {FORMAT + 1}")
     with pytest.raises(StoreError) as e:
         SQLiteStore(path)
-    assert str(e.value) == (f"conversation store {path}: written by a newer tinyagent (format {FORMAT + 1}; this "
-                            f"version reads format {FORMAT}): upgrade tinyagent, or choose another file")
+    assert str(e.value) == (
+        f"conversation store {path}: written by a newer tinyagent (format {FORMAT + 1}; this "
+        f"version reads format {FORMAT}): upgrade tinyagent, or choose another file"
+    )
 
 
 def test_a_file_that_is_not_a_store_is_refused_in_one_line(tmp_path):
@@ -218,8 +241,10 @@ def test_an_agents_memory_survives_a_new_agent_and_reset_forgets_it(tmp_path, sc
     agent = Agent(later, [], ReAct(working_first=False), memory=store.conversation("trip"))  # a new process's
     assert agent.history == [("When was Jay Chou born?", "1979")]
     agent.chat("And his first album?")
-    assert later.calls[0]["messages"][1:3] == [{"role": "user", "content": "When was Jay Chou born?"},
-                                               {"role": "assistant", "content": "1979"}]
+    assert later.calls[0]["messages"][1:3] == [
+        {"role": "user", "content": "When was Jay Chou born?"},
+        {"role": "assistant", "content": "1979"},
+    ]
     assert store.load("trip") == [("When was Jay Chou born?", "1979"), ("And his first album?", "Jay")]
     assert store.load("other") == []  # another conversation of the same store is apart
     agent.reset()

@@ -2,6 +2,7 @@
 tree of a two-step run, of 4 runs in threads (on a server model and on a local model whose batcher
 decodes them together), of tool calls running at the same time; token counts equal to the run's own;
 no secret in any attribute. And `--otel` end to end: a real OTLP/HTTP receiver on 127.0.0.1."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,8 @@ from tinyagent import Agent, ReAct, StopReason, tool
 from tinyagent.agent.approval import Verdict
 from tinyagent.agent.hooks import Hooks
 from tinyagent.agent.telemetry import Tracing
-from tinyagent.runs import run_many
 from tinyagent.redaction import register_secret
+from tinyagent.runs import run_many
 from tinyagent.tools import Calculator
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first: test_working.py)
@@ -55,26 +56,39 @@ def tree(finished) -> dict:
 
 
 def children(finished, parent) -> list:
-    return sorted((s for s in finished if s.parent is not None and s.parent.span_id == parent.context.span_id),
-                  key=lambda s: s.start_time)
+    return sorted(
+        (s for s in finished if s.parent is not None and s.parent.span_id == parent.context.span_id),
+        key=lambda s: s.start_time,
+    )
 
 
 def test_a_two_step_run_is_one_agent_span_over_its_model_and_tool_calls(spans):
     provider, finished = spans
     model = ScriptedModel([CALC, "Thought: done.\nFinal Answer: 42"], usage=(120, 9))
-    result = Agent(model, [Calculator()], max_new_tokens=64, hooks=[Tracing(provider)], protocol=CLASSIC).run("What is 6*7?")
+    result = Agent(model, [Calculator()], max_new_tokens=64, hooks=[Tracing(provider)], protocol=CLASSIC).run(
+        "What is 6*7?"
+    )
     got = finished()
-    assert tree(got) == {None: ["invoke_agent tinyagent"],
-                         "invoke_agent tinyagent": ["chat ScriptedModel", "execute_tool calculator", "chat ScriptedModel"]}
+    assert tree(got) == {
+        None: ["invoke_agent tinyagent"],
+        "invoke_agent tinyagent": ["chat ScriptedModel", "execute_tool calculator", "chat ScriptedModel"],
+    }
     run = next(s for s in got if s.name == "invoke_agent tinyagent")
     chat1, tool_span, chat2 = children(got, run)
-    assert run.attributes["gen_ai.operation.name"] == "invoke_agent" and run.attributes["gen_ai.agent.name"] == "tinyagent"
+    assert (
+        run.attributes["gen_ai.operation.name"] == "invoke_agent" and run.attributes["gen_ai.agent.name"] == "tinyagent"
+    )
     assert run.attributes["tinyagent.stop_reason"] == "final_answer" and run.attributes["tinyagent.steps"] == 2
     assert [e.attributes["tinyagent.step.kind"] for e in run.events] == ["action", "final_answer"]
     assert chat1.attributes["gen_ai.operation.name"] == "chat" and chat1.attributes["gen_ai.request.max_tokens"] == 64
-    assert chat1.attributes["gen_ai.request.model"] == "ScriptedModel" and chat1.attributes["tinyagent.purpose"] == "step"
+    assert (
+        chat1.attributes["gen_ai.request.model"] == "ScriptedModel" and chat1.attributes["tinyagent.purpose"] == "step"
+    )
     assert tool_span.attributes["gen_ai.operation.name"] == "execute_tool"
-    assert tool_span.attributes["gen_ai.tool.name"] == "calculator" and tool_span.attributes["tinyagent.tool.result_chars"] == 2
+    assert (
+        tool_span.attributes["gen_ai.tool.name"] == "calculator"
+        and tool_span.attributes["tinyagent.tool.result_chars"] == 2
+    )
     assert tool_span.attributes["tinyagent.tool.arguments_chars"] == len('{"expression": "6*7"}')
     # token counts: each call's, and the run's own totals
     calls = [chat1, chat2]
@@ -83,8 +97,14 @@ def test_a_two_step_run_is_one_agent_span_over_its_model_and_tool_calls(spans):
     assert run.attributes["gen_ai.usage.input_tokens"] == 240 and run.attributes["gen_ai.usage.output_tokens"] == 18
     # text is not captured unless asked for
     names = {k for s in got for k in s.attributes}
-    assert not names & {"gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.tool.call.arguments",
-                        "gen_ai.tool.call.result", "tinyagent.question", "tinyagent.answer"}
+    assert not names & {
+        "gen_ai.input.messages",
+        "gen_ai.output.messages",
+        "gen_ai.tool.call.arguments",
+        "gen_ai.tool.call.result",
+        "tinyagent.question",
+        "tinyagent.answer",
+    }
 
 
 def test_captured_text_and_every_attribute_are_redacted(spans, monkeypatch):
@@ -96,13 +116,15 @@ def test_captured_text_and_every_attribute_are_redacted(spans, monkeypatch):
         """Who am I."""
         return f"token {SECRET}"
 
-    model = ScriptedModel([f"Thought: my key is {SECRET}.\nAction: whoami\nAction Input: {{}}",
-                           f"Final Answer: {SECRET}"], usage=(10, 2))
-    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")   # the standard switch
+    model = ScriptedModel(
+        [f"Thought: my key is {SECRET}.\nAction: whoami\nAction Input: {{}}", f"Final Answer: {SECRET}"], usage=(10, 2)
+    )
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")  # the standard switch
     Agent(model, [whoami], hooks=[Tracing(provider)], protocol=CLASSIC).run(f"Is {SECRET} my key?")
     got = finished()
-    values = json.dumps([[dict(s.attributes), [dict(e.attributes) for e in s.events], s.status.description]
-                         for s in got], default=list)
+    values = json.dumps(
+        [[dict(s.attributes), [dict(e.attributes) for e in s.events], s.status.description] for s in got], default=list
+    )
     assert SECRET not in values and "[REDACTED]" in values
     chat = next(s for s in got if s.name.startswith("chat"))
     messages = json.loads(chat.attributes["gen_ai.input.messages"])
@@ -121,8 +143,13 @@ def test_a_model_error_and_a_refused_call_are_in_the_trace(spans):
                 raise RuntimeError(f"server said 401 for {SECRET}")
             return super().generate(messages, stop, **kwargs)
 
-    result = Agent(Breaks([CALC, "unused"]), [Calculator()], approve=lambda r: Verdict.refuse("not now"),
-                   hooks=[Tracing(provider)], protocol=CLASSIC).run("6*7?")
+    result = Agent(
+        Breaks([CALC, "unused"]),
+        [Calculator()],
+        approve=lambda r: Verdict.refuse("not now"),
+        hooks=[Tracing(provider)],
+        protocol=CLASSIC,
+    ).run("6*7?")
     assert result.stop_reason == StopReason.MODEL_ERROR
     got = finished()
     run = next(s for s in got if s.name.startswith("invoke_agent"))
@@ -131,7 +158,7 @@ def test_a_model_error_and_a_refused_call_are_in_the_trace(spans):
     assert failed.status.description == "RuntimeError: server said 401 for [REDACTED]"
     assert run.status.status_code == StatusCode.ERROR and run.attributes["error.type"] == "model_error"
     assert [e.attributes["tinyagent.step.kind"] for e in run.events] == ["refused", "model_error"]
-    assert not [s for s in got if s.name.startswith("execute_tool")]   # the approver is first: nothing ran
+    assert not [s for s in got if s.name.startswith("execute_tool")]  # the approver is first: nothing ran
 
 
 def test_a_hook_that_fails_ends_the_run_span_as_a_hook_error(spans):
@@ -141,7 +168,9 @@ def test_a_hook_that_fails_ends_the_run_span_as_a_hook_error(spans):
         def after_tool(self, call):
             raise OSError("cache full")
 
-    Agent(ScriptedModel([CALC, "unused"]), [Calculator()], hooks=[Broken(), Tracing(provider)], protocol=CLASSIC).run("6*7?")
+    Agent(ScriptedModel([CALC, "unused"]), [Calculator()], hooks=[Broken(), Tracing(provider)], protocol=CLASSIC).run(
+        "6*7?"
+    )
     run = next(s for s in finished() if s.name.startswith("invoke_agent"))
     assert run.attributes["tinyagent.stop_reason"] == "hook_error" and run.attributes["error.type"] == "hook_error"
     assert run.status.description == "the hook Broken.after_tool raised OSError: cache full"
@@ -183,7 +212,12 @@ def test_four_runs_in_threads_are_children_of_the_callers_span_each_with_its_own
     def factory():
         with lock:
             reply = CALC.replace("6*7", next(expressions))
-        return Agent(ScriptedModel([reply, "Final Answer: ok"], usage=(30, 4)), [Calculator()], hooks=[meet, tracing], protocol=CLASSIC)
+        return Agent(
+            ScriptedModel([reply, "Final Answer: ok"], usage=(30, 4)),
+            [Calculator()],
+            hooks=[meet, tracing],
+            protocol=CLASSIC,
+        )
 
     with provider.get_tracer("test").start_as_current_span("batch") as batch:
         items = run_many(factory, questions, concurrency=4)
@@ -192,7 +226,7 @@ def test_four_runs_in_threads_are_children_of_the_callers_span_each_with_its_own
     top = next(s for s in got if s.name == "batch")
     assert batch.get_span_context().span_id == top.context.span_id
     runs = runs_under(got, top)
-    assert len(runs) == 4 and len({s.context.trace_id for s in got}) == 1   # one trace, not four roots
+    assert len(runs) == 4 and len({s.context.trace_id for s in got}) == 1  # one trace, not four roots
     for item in items:
         run = runs[item.question]
         calls = children(got, run)
@@ -214,7 +248,7 @@ def test_tool_calls_running_at_once_parent_their_own_spans_under_their_own_call(
         Args:
             url: the page
         """
-        inside.wait()   # all four calls are in their worker threads at once
+        inside.wait()  # all four calls are in their worker threads at once
         with tracer.start_as_current_span("http GET") as span:
             span.set_attribute("url.full", url)
         return f"page {url}"
@@ -224,8 +258,12 @@ def test_tool_calls_running_at_once_parent_their_own_spans_under_their_own_call(
     def factory():
         with lock:
             url = next(urls)
-        return Agent(ScriptedModel([f'Action: fetch\nAction Input: {{"url": "{url}"}}', "Final Answer: ok"]),
-                     [fetch], hooks=[tracing], protocol=CLASSIC)
+        return Agent(
+            ScriptedModel([f'Action: fetch\nAction Input: {{"url": "{url}"}}', "Final Answer: ok"]),
+            [fetch],
+            hooks=[tracing],
+            protocol=CLASSIC,
+        )
 
     items = run_many(factory, ["q"] * 4, concurrency=4)
     assert all(item.ok for item in items)
@@ -239,7 +277,7 @@ def test_tool_calls_running_at_once_parent_their_own_spans_under_their_own_call(
         run = by_id[call.parent.span_id]
         assert run.name == "invoke_agent tinyagent" and run.parent is None
         assert [e.attributes.get("gen_ai.tool.name") for e in run.events][0] == "fetch"
-    assert len({by_id[g.parent.span_id].parent.span_id for g in gets}) == 4   # each under its own run
+    assert len({by_id[g.parent.span_id].parent.span_id for g in gets}) == 4  # each under its own run
 
 
 @pytest.mark.slow
@@ -250,24 +288,31 @@ def test_runs_batched_on_a_local_model_keep_their_model_spans_under_their_own_ru
     model = HFChatModel(tiny_llama_dir, max_batch=4, dtype="float32")
     tracing, meet = Tagged(provider), Meet(4)
     questions = ["What is 1+1?", "Who wrote Hamlet?", "Capital of France?", "2**10?"]
-    items = run_many(lambda: Agent(model, [Calculator()], max_turns=2, max_new_tokens=12, hooks=[meet, tracing], protocol=CLASSIC),
-                     questions, concurrency=4)
+    items = run_many(
+        lambda: Agent(model, [Calculator()], max_turns=2, max_new_tokens=12, hooks=[meet, tracing], protocol=CLASSIC),
+        questions,
+        concurrency=4,
+    )
     assert all(item.ok for item in items), [item.error for item in items]
-    assert model._batcher.stepped > model._batcher.passes   # some passes decoded several runs together
+    assert model._batcher.stepped > model._batcher.passes  # some passes decoded several runs together
     got = finished()
     runs = {s.attributes["tinyagent.question_id"]: s for s in got if s.name == "invoke_agent tinyagent"}
     assert set(runs) == set(questions) and all(s.parent is None for s in runs.values())
     for item in items:
         calls = [c for c in children(got, runs[item.question]) if c.name.startswith("chat")]
-        assert len(calls) == item.result.generate_calls and calls[0].attributes["gen_ai.provider.name"] == "transformers"
+        assert (
+            len(calls) == item.result.generate_calls and calls[0].attributes["gen_ai.provider.name"] == "transformers"
+        )
         assert sum(c.attributes["gen_ai.usage.input_tokens"] for c in calls) == item.result.prompt_tokens
         assert sum(c.attributes["gen_ai.usage.output_tokens"] for c in calls) == item.result.completion_tokens
         assert {c.attributes["gen_ai.response.finish_reasons"][0] for c in calls} <= {"stop", "length"}
 
 
 def test_import_tinyagent_imports_no_opentelemetry():
-    code = ("import sys, tinyagent, tinyagent.agent.telemetry, tinyagent.cli; "
-            "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))")
+    code = (
+        "import sys, tinyagent, tinyagent.agent.telemetry, tinyagent.cli; "
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
 
@@ -298,8 +343,13 @@ class OTLPReceiver:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def spans(self) -> list:
-        return [(span, resource.resource) for request in self.requests for resource in request.resource_spans
-                for scope in resource.scope_spans for span in scope.spans]
+        return [
+            (span, resource.resource)
+            for request in self.requests
+            for resource in request.resource_spans
+            for scope in resource.scope_spans
+            for span in scope.spans
+        ]
 
     def close(self):
         self.server.shutdown()
@@ -309,12 +359,33 @@ def test_otel_exports_the_run_over_otlp_http_as_the_otel_variables_say():
     receiver = OTLPReceiver()
     try:
         with OpenAIStub(replies=[CALC, "Final Answer: 42"], require_key=SECRET) as stub:
-            env = {**os.environ, "OPENAI_API_KEY": SECRET, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
-                   "OTEL_SERVICE_NAME": "my-agents", "HF_HUB_OFFLINE": "1"}
+            env = {
+                **os.environ,
+                "OPENAI_API_KEY": SECRET,
+                "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+                "OTEL_SERVICE_NAME": "my-agents",
+                "HF_HUB_OFFLINE": "1",
+            }
             env.pop("OTEL_TRACES_EXPORTER", None)
-            done = subprocess.run([TINYAGENT, "ask", "--otel", "--tools", "calculator", "--base-url", stub.base_url,
-                                   "--model", "stub-model", "What is 6*7?"], capture_output=True, text=True,
-                                  env=env, cwd=ROOT, timeout=WAIT_S)
+            done = subprocess.run(
+                [
+                    TINYAGENT,
+                    "ask",
+                    "--otel",
+                    "--tools",
+                    "calculator",
+                    "--base-url",
+                    stub.base_url,
+                    "--model",
+                    "stub-model",
+                    "What is 6*7?",
+                ],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=ROOT,
+                timeout=WAIT_S,
+            )
         assert done.returncode == 0, done.stderr
         got = receiver.spans()
         names = sorted(span.name for span, _ in got)
@@ -333,14 +404,32 @@ def test_otel_exports_the_run_over_otlp_http_as_the_otel_variables_say():
 
 def test_otel_without_the_extra_or_with_an_unknown_exporter_is_a_one_line_error(tmp_path):
     env = {**os.environ, "OTEL_TRACES_EXPORTER": "zipkin", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([TINYAGENT, "ask", "--otel", "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
-                           "--tools", "calculator", "hi"], capture_output=True, text=True, env=env, cwd=ROOT,
-                          timeout=WAIT_S)
+    done = subprocess.run(
+        [
+            TINYAGENT,
+            "ask",
+            "--otel",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "m",
+            "--tools",
+            "calculator",
+            "hi",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=WAIT_S,
+    )
     assert done.returncode == 2 and done.stderr.strip() == (
-        "tinyagent: error: agent.otel: OTEL_TRACES_EXPORTER: 'zipkin' is not one of otlp, console, none")
+        "tinyagent: error: agent.otel: OTEL_TRACES_EXPORTER: 'zipkin' is not one of otlp, console, none"
+    )
 
 
 # --- parallel calls, failing processors, a silent collector -------------------------------------------
+
 
 def test_calls_of_one_reply_run_together_are_children_of_their_run_in_its_trace(spans):
     """The tools protocol runs a reply's calls in pool threads: each call's span has the run's span as its parent
@@ -351,7 +440,7 @@ def test_calls_of_one_reply_run_together_are_children_of_their_run_in_its_trace(
     @tool
     def fetch(url: str) -> str:
         """Fetch a page."""
-        both.wait()   # the two calls are in their pool threads at once
+        both.wait()  # the two calls are in their pool threads at once
         return f"page {url}"
 
     calls = "".join(f'<tool_call>\n{{"name": "fetch", "arguments": {{"url": "{u}"}}}}\n</tool_call>\n' for u in "ab")
@@ -403,7 +492,10 @@ def test_a_span_processor_that_raises_never_costs_the_answer(where, caplog):
     assert result.answer == "42" and result.stop_reason == StopReason.FINAL_ANSWER and result.error is None
     assert [s.kind for s in result.steps] == ["action", "final_answer"]
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert len(warnings) == 1 and f"tracing failed (RuntimeError: the processor broke {where.replace('_', ' ')})" in warnings[0]
+    assert (
+        len(warnings) == 1
+        and f"tracing failed (RuntimeError: the processor broke {where.replace('_', ' ')})" in warnings[0]
+    )
 
 
 def test_stopping_tracing_is_bounded_when_the_collector_never_answers():
@@ -424,8 +516,8 @@ def test_stopping_tracing_is_bounded_when_the_collector_never_answers():
     stopper.join(WAIT_S)
     try:
         assert not stopper.is_alive(), "stopping tracing waited for the stuck exporter"
-        assert finished == [False]   # it said the spans were left behind
-        assert config.stop_tracing(None) is None   # no tracing: nothing to stop
+        assert finished == [False]  # it said the spans were left behind
+        assert config.stop_tracing(None) is None  # no tracing: nothing to stop
     finally:
         release.set()
 

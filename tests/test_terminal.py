@@ -1,6 +1,7 @@
 """The CLI's approval prompt (tinyagent.cli.terminal), through a real pseudo-terminal: `tinyagent ask` runs
 as a child process whose controlling terminal is a pty this test types into, against a real
 OpenAI-compatible server on 127.0.0.1 (and a real MCP server for --approve). And with no terminal."""
+
 from __future__ import annotations
 
 import io
@@ -62,7 +63,7 @@ class Terminal:
     def expect(self, text: str) -> str:
         """Read until `text` appears after what the last expect saw; the output up to it."""
         deadline = time.monotonic() + WAIT_S
-        while text not in self.output[self._seen:]:
+        while text not in self.output[self._seen :]:
             assert time.monotonic() < deadline and self._read(1.0), f"never saw {text!r} in:\n{self.output}"
         end = self.output.index(text, self._seen) + len(text)
         self._seen = end
@@ -89,16 +90,19 @@ def approve_calculator(tmp_path) -> Path:
 
 def test_edit_with_arguments_that_do_not_fit_is_asked_again_then_runs(approve_calculator):
     with OpenAIStub(replies=[calc("6*7"), "Final Answer: 48"]) as stub:
-        term = Terminal(["ask", "--config", str(approve_calculator), "--base-url", stub.base_url, "--model", "m",
-                         "What is 6*7?"])
+        term = Terminal(
+            ["ask", "--config", str(approve_calculator), "--base-url", stub.base_url, "--model", "m", "What is 6*7?"]
+        )
         shown = term.expect("> ")
         assert 'Action Input: {"expression": "6*7"}\nApprove calculator {"expression": "6*7"}?\n' in shown
         assert "[y] run it  [a] always run calculator  [e] edit the arguments  [n] refuse" in shown
         term.type("e")
         term.expect("as JSON (now {\"expression\": \"6*7\"}): ")
         term.type('{"expr": "6*8"}')
-        assert "those arguments do not fit: bad Action Input for calculator: unknown parameter(s) 'expr'" in \
-            term.expect("> ")
+        assert (
+            "those arguments do not fit: bad Action Input for calculator: unknown parameter(s) 'expr'"
+            in term.expect("> ")
+        )
         term.type("e")
         term.expect("as JSON")
         term.type('{"expression": "6*8"}')
@@ -110,8 +114,19 @@ def test_edit_with_arguments_that_do_not_fit_is_asked_again_then_runs(approve_ca
 
 def test_refuse_sends_the_reason_to_the_model(approve_calculator):
     with OpenAIStub(replies=[calc("6*7"), "Final Answer: I was not allowed"]) as stub:
-        term = Terminal(["ask", "--config", str(approve_calculator), "--base-url", stub.base_url, "--model", "m",
-                         "--json", "What is 6*7?"])
+        term = Terminal(
+            [
+                "ask",
+                "--config",
+                str(approve_calculator),
+                "--base-url",
+                stub.base_url,
+                "--model",
+                "m",
+                "--json",
+                "What is 6*7?",
+            ]
+        )
         term.expect("> ")
         term.type("maybe")
         term.expect("answer y, a, e or n\n> ")
@@ -122,35 +137,63 @@ def test_refuse_sends_the_reason_to_the_model(approve_calculator):
         assert term.finish() == 0
     refused = "The call to calculator was refused, so it did not run: do it in your head."
     assert refused in stub.requests[1]["body"]["messages"][-1]["content"]
-    result = json.loads(term.output[term.output.index('{"question"'):].splitlines()[0])
+    result = json.loads(term.output[term.output.index('{"question"') :].splitlines()[0])
     assert result["steps"][0]["kind"] == "refused" and result["steps"][0]["error"] == "do it in your head"
 
 
 def test_approve_asks_for_mcp_tools_only_and_always_stops_asking(tmp_path):
     config = tmp_path / "mcp.yaml"
-    config.write_text(json.dumps({"agent": {"tools": ["calculator"], "mcp_servers": [
-        {"command": sys.executable, "args": [ECHO_SERVER], "tools": ["echo"]}]}}), encoding="utf-8")
+    config.write_text(
+        json.dumps(
+            {
+                "agent": {
+                    "tools": ["calculator"],
+                    "mcp_servers": [{"command": sys.executable, "args": [ECHO_SERVER], "tools": ["echo"]}],
+                }
+            }
+        ),
+        encoding="utf-8",
+    )
     replies = [echo("one"), calc("2+2"), echo("two"), "Final Answer: done"]
     with OpenAIStub(replies=replies) as stub:
-        term = Terminal(["ask", "--config", str(config), "--approve", "--base-url", stub.base_url, "--model", "m",
-                         "Echo twice"])
+        term = Terminal(
+            ["ask", "--config", str(config), "--approve", "--base-url", stub.base_url, "--model", "m", "Echo twice"]
+        )
         assert 'Approve echo {"text": "one"}?' in term.expect("> ")
         term.type("a")
         out = term.expect("Final Answer: done\n[")
         assert term.finish() == 0
-    assert out.count("Approve ") == 1   # not for calculator (built in), not for echo again (always)
+    assert out.count("Approve ") == 1  # not for calculator (built in), not for echo again (always)
     assert "Observation: one\n" in out and "Observation: 4\n" in out and "Observation: two\n" in out
 
 
 def test_without_a_terminal_the_call_is_refused_and_stderr_says_why(approve_calculator):
     with OpenAIStub(replies=[calc("6*7"), "Final Answer: unknown"]) as stub:
-        done = subprocess.run([TINYAGENT, "ask", "--config", str(approve_calculator), "--base-url", stub.base_url,
-                               "--model", "m", "What is 6*7?"], capture_output=True, text=True, timeout=WAIT_S,
-                              stdin=subprocess.DEVNULL, start_new_session=True, cwd=ROOT,
-                              env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        done = subprocess.run(
+            [
+                TINYAGENT,
+                "ask",
+                "--config",
+                str(approve_calculator),
+                "--base-url",
+                stub.base_url,
+                "--model",
+                "m",
+                "What is 6*7?",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=WAIT_S,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=ROOT,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
     assert done.returncode == 0, done.stderr
-    assert ("tinyagent: refused calculator: it needs approval and there is no terminal to ask on (run on a "
-            "terminal, or set agent.approve: {calculator: always})") in done.stderr
+    assert (
+        "tinyagent: refused calculator: it needs approval and there is no terminal to ask on (run on a "
+        "terminal, or set agent.approve: {calculator: always})"
+    ) in done.stderr
     assert "Observation: The call to calculator was refused, so it did not run: it needs approval" in done.stdout
     assert "Traceback" not in done.stderr
 
@@ -169,10 +212,11 @@ def no_control(text: str) -> bool:
 def test_escape_controls_shows_them_and_keeps_text_lines_and_tabs():
     assert escape_controls("a\x1b]0;t\x07b\x9bc\x7fd\te\r\nf") == "a\\u001b]0;t\\u0007b\\u009bc\\u007fd\te\nf"
     hidden = "x\u202ey\u2066z\u200b"
-    assert escape_controls(hidden) == hidden   # only where a person decides on what they read
+    assert escape_controls(hidden) == hidden  # only where a person decides on what they read
     assert escape_controls(hidden, invisible=True) == "x\\u202ey\\u2066z\\u200b"
     assert json.loads(escape_controls(json.dumps({"a": hidden + "\x9b"}, ensure_ascii=False), invisible=True)) == {
-        "a": hidden + "\x9b"}   # JSON's own escapes: shown JSON is still the same JSON
+        "a": hidden + "\x9b"
+    }  # JSON's own escapes: shown JSON is still the same JSON
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -181,7 +225,7 @@ def test_the_cli_writes_no_escape_sequence_of_the_models_text(use_model, capsys,
     code, out, err = run_cli(capsys, "ask", "--tools", "calculator", *([] if stream else ["--no-stream"]), "Q?")
     assert code == 0 and model.calls
     assert no_control(out) and no_control(err)
-    assert "Thought: \\u001b]52;c;cm0gLXJmIH4=\\u0007\\u001b]0;pwned\\u0007" in out   # shown, visibly
+    assert "Thought: \\u001b]52;c;cm0gLXJmIH4=\\u0007\\u001b]0;pwned\\u0007" in out  # shown, visibly
     assert "Final Answer: 42\\u001b]52;c;" in out
 
 
@@ -226,7 +270,9 @@ def test_the_approval_prompt_shows_hidden_characters_escaped_and_an_edit_of_what
     term = FakeTerminal("e", escape_controls(shown, invisible=True))
     verdict = TerminalApprover()._ask(term, request)
     assert not set("\u202e\u2066\u200b\x1b\x07") & set(term.written)
-    assert 'Approve write\\u202efile {"path": "notes\\u202etxt.exe\\u2066\\u200b\\u001b]0;title\\u0007"}?' in term.written
+    assert (
+        'Approve write\\u202efile {"path": "notes\\u202etxt.exe\\u2066\\u200b\\u001b]0;title\\u0007"}?' in term.written
+    )
     assert verdict.decision == "edit" and json.loads(verdict.arguments) == {"path": hidden}
 
 
@@ -234,7 +280,14 @@ def test_eval_progress_and_compare_tables_show_a_models_text_escaped():
     from tinyagent.eval.progress import question_line
     from tinyagent.eval.table import shown_answer
 
-    record = {"id": "q1", "success": False, "format_valid": True, "tool_errors": [], "steps": 1, "seconds": 1.0,
-              "error": f"the server said {DRIVES}"}
+    record = {
+        "id": "q1",
+        "success": False,
+        "format_valid": True,
+        "tool_errors": [],
+        "steps": 1,
+        "seconds": 1.0,
+        "error": f"the server said {DRIVES}",
+    }
     assert no_control(question_line(record)) and "\\u001b]52" in question_line(record)
     assert no_control(shown_answer(f"x{DRIVES}y", 200))

@@ -2,6 +2,7 @@
 (which takes `tools=`) and its tool-call tokens: scripted replies forced through the model token by token
 (its template, decoding and cache are the real ones), constrained episodes whose KV-cache reuse equals no
 reuse token for token, and a template that re-renders an earlier turn."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 BUILDS = {
     "hermes": ("qwen2", QWEN25, ["<tool_call>", "</tool_call>"]),
     "llama3": ("llama", LLAMA31, ["<|python_tag|>", "<|eom_id|>"]),
-    "mistral": ("mistral", MISTRAL_V3, ["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]",
-                                        "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]"]),
+    "mistral": (
+        "mistral",
+        MISTRAL_V3,
+        [
+            "[INST]",
+            "[/INST]",
+            "[TOOL_CALLS]",
+            "[AVAILABLE_TOOLS]",
+            "[/AVAILABLE_TOOLS]",
+            "[TOOL_RESULTS]",
+            "[/TOOL_RESULTS]",
+        ],
+    ),
 }
 #: what the second prompt shows: the tools where the family puts them, and the result in its wrapping
 SHOWN = {
@@ -79,8 +91,9 @@ def family(request, tmp_path_factory):
         write_internlm2(folder, **VARIANTS["mha-bias-tied-bin"], max_pos=2048)
         return request.param, InternLM2Chat(str(folder), dtype="float32")
     name, template, extra = BUILDS[request.param]
-    return request.param, HFChatModel(str(build_tiny_model(name, folder, template=template, extra_tokens=extra)),
-                                      dtype="float32")
+    return request.param, HFChatModel(
+        str(build_tiny_model(name, folder, template=template, extra_tokens=extra)), dtype="float32"
+    )
 
 
 def test_the_models_family_is_known_from_its_template(family):
@@ -98,7 +111,11 @@ def test_a_scripted_episode_in_the_familys_own_format(family):
     call, final = result.steps
     assert final.final_answer.strip() == "The answer is 4."  # the step keeps the sentence
     assert (call.kind, call.action, call.arguments, call.observation) == (
-        StepKind.ACTION, "calculator", {"expression": "2+2"}, "4")
+        StepKind.ACTION,
+        "calculator",
+        {"expression": "2+2"},
+        "4",
+    )
     assert call.text == replies[0]  # the call's markers survive decoding
     assert "".join(streamed) == call.text + final.text
     tools_shown, result_shown = SHOWN[name]
@@ -137,8 +154,7 @@ def test_a_constrained_episode_is_valid_and_identical_with_kv_reuse(family):
     for m in (model, fresh):
         m.reset_cache()
         chunks: list[str] = []
-        agent = Agent(m, TOOLS, max_turns=3, max_new_tokens=80,
-                      on_text=chunks.append, protocol=Tools(constrained=True))
+        agent = Agent(m, TOOLS, max_turns=3, max_new_tokens=80, on_text=chunks.append, protocol=Tools(constrained=True))
         runs.append((agent.run("What is 12 times 6?"), "".join(chunks)))
     (a, streamed_a), (b, streamed_b) = runs
     assert [s.text for s in a.steps] == [s.text for s in b.steps] and a.answer == b.answer
@@ -152,9 +168,14 @@ def test_a_constrained_episode_is_valid_and_identical_with_kv_reuse(family):
 def test_a_template_that_re_renders_an_earlier_turn_is_detected_and_reuse_stays_exact(tmp_path):
     """Qwen3's templates drop the reasoning of earlier turns: the next prompt no longer starts with the last
     prompt and its reply. The run says so, reuses what is exact, and answers as a model without reuse does."""
-    model = HFChatModel(str(build_tiny_model("qwen3", tmp_path, template=QWEN3_DROPS_THINKING,
-                                             extra_tokens=["<tool_call>", "</tool_call>"])),
-                        dtype="float32")
+    model = HFChatModel(
+        str(
+            build_tiny_model(
+                "qwen3", tmp_path, template=QWEN3_DROPS_THINKING, extra_tokens=["<tool_call>", "</tool_call>"]
+            )
+        ),
+        dtype="float32",
+    )
     call = "<think>I need the calculator.</think>\n" + FORMATS["hermes"].write_call("calculator", {"expression": "6*7"})
     results = []
     for reuse in (True, False):
@@ -173,8 +194,10 @@ def test_concurrent_tools_agents_are_batched_and_answer_as_they_would_alone(tmp_
     """Three constrained tools runs at once share the model's batch; each gives the steps it gives alone."""
     from tinyagent.runs import run_many
 
-    model = HFChatModel(str(build_tiny_model("qwen3", tmp_path, template=QWEN25,
-                                             extra_tokens=["<tool_call>", "</tool_call>"])), dtype="float32")
+    model = HFChatModel(
+        str(build_tiny_model("qwen3", tmp_path, template=QWEN25, extra_tokens=["<tool_call>", "</tool_call>"])),
+        dtype="float32",
+    )
     assert model._batcher is not None
     questions = ["What is 12 times 6?", "Add 3 and 9.", "What is 2 to the power of 10?"]
 

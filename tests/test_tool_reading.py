@@ -1,4 +1,5 @@
 """The model's own tool-call formats, read as forgivingly as ReAct text, and the one argument reader."""
+
 from __future__ import annotations
 
 import json
@@ -32,6 +33,7 @@ def call_json(name: str, args: dict, key: str = "arguments") -> str:
 
 # --- each family's own format, one call and several -------------------------------------------------
 
+
 @pytest.mark.parametrize("family", list(FORMATS))
 def test_each_family_reads_its_own_call_as_written(family):
     reply = FORMATS[family].write_call("calculator", CALC)
@@ -40,11 +42,11 @@ def test_each_family_reads_its_own_call_as_written(family):
 
 PARALLEL = {
     "hermes": f"Two lookups.\n<tool_call>\n{call_json('calculator', CALC)}\n</tool_call>\n"
-              f"<tool_call>\n{call_json('google_search', SEARCH)}\n</tool_call>",
+    f"<tool_call>\n{call_json('google_search', SEARCH)}\n</tool_call>",
     "llama3": f"{call_json('calculator', CALC, 'parameters')}; {call_json('google_search', SEARCH, 'parameters')}",
     "mistral": f"[TOOL_CALLS][{call_json('calculator', CALC)}, {call_json('google_search', SEARCH)}]",
     "internlm2": f"<|action_start|><|plugin|>\n{call_json('calculator', CALC, 'parameters')}<|action_end|>\n"
-                 f"<|action_start|><|plugin|>\n{call_json('google_search', SEARCH, 'parameters')}<|action_end|>",
+    f"<|action_start|><|plugin|>\n{call_json('google_search', SEARCH, 'parameters')}<|action_end|>",
 }
 
 
@@ -52,35 +54,43 @@ PARALLEL = {
 def test_several_calls_in_one_reply_are_each_a_reading(family):
     readings = read_calls(PARALLEL[family], TOOLS, FORMATS[family])
     assert [(r.kind, r.action, r.arguments) for r in readings] == [
-        (StepKind.ACTION, "calculator", CALC), (StepKind.ACTION, "google_search", SEARCH)]
+        (StepKind.ACTION, "calculator", CALC),
+        (StepKind.ACTION, "google_search", SEARCH),
+    ]
     assert readings[0].text == PARALLEL[family] and readings[1].text == ""  # the reply goes back once
     assert readings[0].thought == ("Two lookups." if family == "hermes" else "")
 
 
 def test_other_families_forms_are_read_too():
     assert calls_of('[TOOL_CALLS]calculator[ARGS]{"expression": "5"}', "hermes") == [
-        (StepKind.ACTION, "calculator", {"expression": "5"})]  # Mistral v11
+        (StepKind.ACTION, "calculator", {"expression": "5"})
+    ]  # Mistral v11
     assert calls_of('<|python_tag|>google_search.call(search_query="weather")', "hermes") == [
-        (StepKind.ACTION, "google_search", {"search_query": "weather"})]  # Llama 3 built-in tool form
+        (StepKind.ACTION, "google_search", {"search_query": "weather"})
+    ]  # Llama 3 built-in tool form
 
 
-@pytest.mark.parametrize("reply", [
-    # what Qwen2.5-Coder-0.5B writes given tools=: a fenced JSON object, no tags
-    f"```json\n{call_json('calculator', CALC)}\n```",
-    call_json("calculator", CALC),                                          # bare
-    f"{call_json('calculator', CALC)}\n</tool_call>",                        # a close tag without its open
-    f"<tool_call>{call_json('calculator', CALC)}",                           # no close tag
-    '{"type": "function", "function": {"name": "calculator", "arguments": {"expression": "2+2"}}}',
-    '<tool_call>\n{"name": "Calculator", "arguments": "{\\"expression\\": \\"2+2\\"}"}\n</tool_call>',  # string args
-    "Action: calculator\nAction Input: 2+2",                                 # a ReAct step instead
-])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        # what Qwen2.5-Coder-0.5B writes given tools=: a fenced JSON object, no tags
+        f"```json\n{call_json('calculator', CALC)}\n```",
+        call_json("calculator", CALC),  # bare
+        f"{call_json('calculator', CALC)}\n</tool_call>",  # a close tag without its open
+        f"<tool_call>{call_json('calculator', CALC)}",  # no close tag
+        '{"type": "function", "function": {"name": "calculator", "arguments": {"expression": "2+2"}}}',
+        '<tool_call>\n{"name": "Calculator", "arguments": "{\\"expression\\": \\"2+2\\"}"}\n</tool_call>',  # string args
+        "Action: calculator\nAction Input: 2+2",  # a ReAct step instead
+    ],
+)
 def test_forms_small_models_write_are_read(reply):
     assert calls_of(reply) == [(StepKind.ACTION, "calculator", CALC)]
 
 
 def test_a_truncated_call_keeps_what_was_written():
     assert calls_of('<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+') == [
-        (StepKind.ACTION, "calculator", {"expression": "2+"})]
+        (StepKind.ACTION, "calculator", {"expression": "2+"})
+    ]
 
 
 @pytest.mark.parametrize("reply", ["<tool_call>{broken", "<tool_call>\n</tool_call>", '[TOOL_CALLS][{"x": 1}]'])
@@ -91,8 +101,12 @@ def test_a_call_that_cannot_be_read_is_malformed_with_the_form_to_copy(reply):
 
 
 def test_unknown_tool_and_bad_arguments_say_what_to_write():
-    unknown, bad = read_calls(f"<tool_call>{call_json('weather', {'city': 'x'})}</tool_call>"
-                              f"<tool_call>{call_json('calculator', [1, 2])}</tool_call>", TOOLS, FORMATS["mistral"])
+    unknown, bad = read_calls(
+        f"<tool_call>{call_json('weather', {'city': 'x'})}</tool_call>"
+        f"<tool_call>{call_json('calculator', [1, 2])}</tool_call>",
+        TOOLS,
+        FORMATS["mistral"],
+    )
     assert unknown.kind == StepKind.UNKNOWN_TOOL and unknown.action == "weather"
     assert "Valid tools: calculator, google_search" in unknown.error and "[TOOL_CALLS][" in unknown.error
     assert bad.kind == StepKind.BAD_INPUT and "not a list" in bad.error
@@ -108,33 +122,49 @@ def test_an_answer_is_the_text_and_final_answer_calls_give_their_value():
 def test_thinking_is_not_read_except_a_call_the_family_writes_there():
     think = f"<think>I could call <tool_call>{call_json('calculator', CALC)}</tool_call></think>"
     assert calls_of(think, "hermes") == [(StepKind.ACTION, "calculator", CALC)]  # Qwen3 does this
-    assert calls_of(think, "mistral") == [(StepKind.MALFORMED, None, None)]       # reasoning only
+    assert calls_of(think, "mistral") == [(StepKind.MALFORMED, None, None)]  # reasoning only
     answered = think + "It is 4."
     assert [r.answer for r in read_calls(answered, TOOLS)] == ["It is 4."]
-    outside = f"<think>{call_json('google_search', SEARCH)}</think><tool_call>{call_json('calculator', CALC)}</tool_call>"
+    outside = (
+        f"<think>{call_json('google_search', SEARCH)}</think><tool_call>{call_json('calculator', CALC)}</tool_call>"
+    )
     assert calls_of(outside) == [(StepKind.ACTION, "calculator", CALC)]
 
 
 def test_calls_a_server_parsed_are_read_the_same_way():
-    readings = read_calls("Let me see.", TOOLS, FORMATS["hermes"], structured=[
-        {"id": "c1", "name": "calculator", "arguments": '{"expression": "2+2"'},   # a brace lost on the way
-        {"id": "c2", "name": "nope", "arguments": "{}"}])
+    readings = read_calls(
+        "Let me see.",
+        TOOLS,
+        FORMATS["hermes"],
+        structured=[
+            {"id": "c1", "name": "calculator", "arguments": '{"expression": "2+2"'},  # a brace lost on the way
+            {"id": "c2", "name": "nope", "arguments": "{}"},
+        ],
+    )
     assert [(r.kind, r.arguments, r.call_id) for r in readings] == [
-        (StepKind.ACTION, CALC, "c1"), (StepKind.UNKNOWN_TOOL, None, "c2")]
+        (StepKind.ACTION, CALC, "c1"),
+        (StepKind.UNKNOWN_TOOL, None, "c2"),
+    ]
     assert readings[0].thought == "Let me see."
 
 
 # --- which family a template is ----------------------------------------------------------------------
 
+
 def test_templates_are_recognised_by_their_tool_call_text():
     from tool_templates import LLAMA31, MISTRAL_V3, QWEN25
 
     assert [detect_format(t) for t in (QWEN25, LLAMA31, MISTRAL_V3, "{{ messages }}")] == [
-        "hermes", "llama3", "mistral", None]
+        "hermes",
+        "llama3",
+        "mistral",
+        None,
+    ]
     assert template_takes_tools(QWEN25) and not template_takes_tools("{{ messages }}")
 
 
 # --- constrained: the call follows the schema ----------------------------------------------------------
+
 
 @pytest.mark.parametrize("family", list(FORMATS))
 def test_the_constrained_pattern_takes_text_then_calls_and_refuses_bad_arguments(family):
@@ -153,6 +183,7 @@ def test_the_constrained_pattern_takes_text_then_calls_and_refuses_bad_arguments
 
 # --- the one argument reader: what other projects' parser tests expect --------------------------------
 
+
 @tool
 def weather(query: str) -> str:
     """Look up the weather.
@@ -169,20 +200,23 @@ def move(city: str, days: int) -> str:
     return "ok"
 
 
-@pytest.mark.parametrize("text,t,expected", [
-    ('QueryEngineTool({"query": "hello"})', weather, {"query": "hello"}),        # an object wrapped in a call
-    ('With text here{"query": "hello"}', weather, {"query": "hello"}),           # ... or in prose
-    ('Here: {"city": "Paris", "days": 3} ok', move, {"city": "Paris", "days": 3}),
-    ("{temperature in SF}", weather, {"query": "temperature in SF"}),            # braces that are plain text
-    ("[temperature in SF]", weather, {"query": "temperature in SF"}),
-    ('"temperature in SF', weather, {"query": "temperature in SF"}),             # an unbalanced leading quote
-    ("{city: Paris, days: 3}", move, {"city": "Paris", "days": 3}),              # keys and values without quotes
-    ('{"city" "Paris", "days": 3}', move, {"city": "Paris", "days": 3}),         # a missing colon
-    ('{"city": "Paris" "days": 3}', move, {"city": "Paris", "days": 3}),         # a missing comma
-    ('{"city": "Paris", "days": 3', move, {"city": "Paris", "days": 3}),         # a lost closing brace (vLLM)
-    ('{"query": "line one\nline two\n"}', weather, {"query": "line one\nline two\n"}),  # raw newlines kept
-    ('{"query": "SF weather"}\n', weather, {"query": "SF weather"}),
-])
+@pytest.mark.parametrize(
+    "text,t,expected",
+    [
+        ('QueryEngineTool({"query": "hello"})', weather, {"query": "hello"}),  # an object wrapped in a call
+        ('With text here{"query": "hello"}', weather, {"query": "hello"}),  # ... or in prose
+        ('Here: {"city": "Paris", "days": 3} ok', move, {"city": "Paris", "days": 3}),
+        ("{temperature in SF}", weather, {"query": "temperature in SF"}),  # braces that are plain text
+        ("[temperature in SF]", weather, {"query": "temperature in SF"}),
+        ('"temperature in SF', weather, {"query": "temperature in SF"}),  # an unbalanced leading quote
+        ("{city: Paris, days: 3}", move, {"city": "Paris", "days": 3}),  # keys and values without quotes
+        ('{"city" "Paris", "days": 3}', move, {"city": "Paris", "days": 3}),  # a missing colon
+        ('{"city": "Paris" "days": 3}', move, {"city": "Paris", "days": 3}),  # a missing comma
+        ('{"city": "Paris", "days": 3', move, {"city": "Paris", "days": 3}),  # a lost closing brace (vLLM)
+        ('{"query": "line one\nline two\n"}', weather, {"query": "line one\nline two\n"}),  # raw newlines kept
+        ('{"query": "SF weather"}\n', weather, {"query": "SF weather"}),
+    ],
+)
 def test_arguments_as_models_and_servers_break_them(text, t, expected):
     assert read_arguments(text, t) == expected
 
@@ -228,6 +262,7 @@ def test_a_reply_is_read_in_time_linear_in_its_length(name, monkeypatch):
         def wrapper(*args, **kwargs):
             examined[0] += size(*args)
             return fn(*args, **kwargs)
+
         return wrapper
 
     monkeypatch.setattr(arguments, "text_depth", counted(arguments.text_depth, len))
@@ -258,8 +293,12 @@ def test_a_long_run_of_spaces_in_a_tagged_call_is_read_once(family):
 
     pattern = _TAGS[family].pattern
     assert ".*?)\\s*" not in pattern
-    opener = {"hermes": "<tool_call>", "internlm2": "<|action_start|>", "mistral": "[TOOL_CALLS]",
-              "llama3": "<|python_tag|>"}[family]
+    opener = {
+        "hermes": "<tool_call>",
+        "internlm2": "<|action_start|>",
+        "mistral": "[TOOL_CALLS]",
+        "llama3": "<|python_tag|>",
+    }[family]
     reply = f'{opener}{call_json("calculator", CALC)}' + " " * 20_000 + "."
     assert calls_of(reply, family) == [(StepKind.ACTION, "calculator", CALC)]
 
@@ -273,9 +312,13 @@ def test_object_extents_are_what_scanning_each_start_finds():
     from tinyagent.format.arguments import balanced_object
     from tinyagent.format.extents import ObjectExtents
 
-    texts = ['{"a": {"b": 1}}\n{"c": "}"}\n{', "{'\n{ ' '\n{}\n{\"x\": \"{\"}", '{"a": "\\"{"}\n{{}\n}',
-             "{\n{\n}\n}\n{",
-             '{"q": [1, {"r": 2}], "s": "x}y"}\n{"t": "\\\\"}\n']
+    texts = [
+        '{"a": {"b": 1}}\n{"c": "}"}\n{',
+        "{'\n{ ' '\n{}\n{\"x\": \"{\"}",
+        '{"a": "\\"{"}\n{{}\n}',
+        "{\n{\n}\n}\n{",
+        '{"q": [1, {"r": 2}], "s": "x}y"}\n{"t": "\\\\"}\n',
+    ]
     for text in texts:
         starts = [i for i, ch in enumerate(text) if ch == "{"]
         extents = ObjectExtents(text, starts)
@@ -286,16 +329,22 @@ def test_object_extents_are_what_scanning_each_start_finds():
 
 # --- Python-call arguments that are not JSON ------------------------------------------------------
 
-@pytest.mark.parametrize("arguments, problem", [
-    ("expression=b'2+2'", "a Python bytes"), ("expression={1, 2}", "a Python set"),
-    ("expression=" + "-" * 3000 + "1", "nest too deeply"), ("expression={1: 'x'}", "keys that are not text"),
-    ("expression=1j", "a Python complex"),
-])
+
+@pytest.mark.parametrize(
+    "arguments, problem",
+    [
+        ("expression=b'2+2'", "a Python bytes"),
+        ("expression={1, 2}", "a Python set"),
+        ("expression=" + "-" * 3000 + "1", "nest too deeply"),
+        ("expression={1: 'x'}", "keys that are not text"),
+        ("expression=1j", "a Python complex"),
+    ],
+)
 def test_python_call_values_json_has_no_form_for_are_a_format_error(arguments, problem):
     (reading,) = read_calls(f"<|python_tag|>calculator.call({arguments})", TOOLS, FORMATS["llama3"])
     assert reading.kind == StepKind.BAD_INPUT and reading.arguments is None
     assert problem in reading.error and reading.error.startswith("bad arguments for calculator:")
-    json.dumps(reading.action_input)   # nothing in the reading is something JSON cannot hold
+    json.dumps(reading.action_input)  # nothing in the reading is something JSON cannot hold
 
 
 @settings(max_examples=400)

@@ -1,4 +1,5 @@
 """Tool, @tool schema extraction and argument validation."""
+
 from __future__ import annotations
 
 import asyncio
@@ -6,7 +7,7 @@ import contextvars
 import enum
 import json
 import threading
-from typing import Literal, Optional
+from typing import Literal
 
 import pytest
 
@@ -18,8 +19,9 @@ CLASSIC = ReAct(working_first=False, search="tool")
 
 
 @tool
-def book_flight(origin: str, destination: str, passengers: int = 1, flexible: bool | None = None,
-                budget: float = 0.0) -> str:
+def book_flight(
+    origin: str, destination: str, passengers: int = 1, flexible: bool | None = None, budget: float = 0.0
+) -> str:
     """Book a flight between two cities.
 
     Checks availability first.
@@ -45,14 +47,30 @@ def test_tool_from_function():
     assert book_flight.description_for_model == "Book a flight between two cities. Checks availability first."
     assert book_flight.parameters == [
         {"name": "origin", "description": "the departure city", "required": True, "schema": {"type": "string"}},
-        {"name": "destination", "description": "the arrival city, written in English", "required": True,
-         "schema": {"type": "string"}},
-        {"name": "passengers", "description": "how many people travel", "required": False,
-         "schema": {"type": "integer"}},
-        {"name": "flexible", "description": "whether dates may move", "required": False,
-         "schema": {"type": ["boolean", "null"]}},
-        {"name": "budget", "description": "the most to spend, in euros", "required": False,
-         "schema": {"type": "number"}},
+        {
+            "name": "destination",
+            "description": "the arrival city, written in English",
+            "required": True,
+            "schema": {"type": "string"},
+        },
+        {
+            "name": "passengers",
+            "description": "how many people travel",
+            "required": False,
+            "schema": {"type": "integer"},
+        },
+        {
+            "name": "flexible",
+            "description": "whether dates may move",
+            "required": False,
+            "schema": {"type": ["boolean", "null"]},
+        },
+        {
+            "name": "budget",
+            "description": "the most to spend, in euros",
+            "required": False,
+            "schema": {"type": "number"},
+        },
     ]
     assert book_flight(origin="Paris", destination="Rome", passengers=2) == "Paris->Rome x2"
 
@@ -75,15 +93,18 @@ def test_json_schema():
     assert schema["additionalProperties"] is False
 
 
-@pytest.mark.parametrize("args,message", [
-    ({"origin": "Paris"}, "missing required parameter"),
-    ({"origin": "Paris", "destination": "Rome", "seats": 2}, "unknown parameter"),
-    ({"origin": 3, "destination": "Rome"}, "must be of type string"),
-    ({"origin": "a", "destination": "b", "passengers": "two"}, "must be of type integer"),
-    ({"origin": "a", "destination": "b", "passengers": 1.5}, "must be of type integer"),
-    ({"origin": "a", "destination": "b", "flexible": "yes"}, "must be of type boolean"),
-    ({"origin": "a", "destination": "b", "budget": True}, "must be of type number"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        ({"origin": "Paris"}, "missing required parameter"),
+        ({"origin": "Paris", "destination": "Rome", "seats": 2}, "unknown parameter"),
+        ({"origin": 3, "destination": "Rome"}, "must be of type string"),
+        ({"origin": "a", "destination": "b", "passengers": "two"}, "must be of type integer"),
+        ({"origin": "a", "destination": "b", "passengers": 1.5}, "must be of type integer"),
+        ({"origin": "a", "destination": "b", "flexible": "yes"}, "must be of type boolean"),
+        ({"origin": "a", "destination": "b", "budget": True}, "must be of type number"),
+    ],
+)
 def test_validation_errors(args, message):
     with pytest.raises(ToolArgumentError, match=message):
         book_flight.validate(args)
@@ -99,8 +120,7 @@ def test_subclass_tool():
         name_for_model = "echo"
         name_for_human = "Echo"
         description_for_model = "Repeats the text."
-        parameters = [{"name": "text", "description": "what to repeat", "required": True,
-                       "schema": {"type": "string"}}]
+        parameters = [{"name": "text", "description": "what to repeat", "required": True, "schema": {"type": "string"}}]
 
         def call(self, text: str) -> str:
             return text * 2
@@ -112,15 +132,23 @@ def test_subclass_tool():
 
 # --- types beyond the plain ones: Optional, Literal, Enum, number unions, lists ------------------
 
+
 class Unit(enum.Enum):
     CELSIUS = "c"
     FAHRENHEIT = "f"
 
 
 @tool
-def forecast(city: str, unit: Unit = Unit.CELSIUS, days: Literal[1, 3, 7] = 1, scale: int | float = 1,
-             hours: list[int] | None = None, note: Optional[str] = None, mode: Literal["fast", "exact"] = "fast",
-             tags: list[str] = ()) -> str:
+def forecast(
+    city: str,
+    unit: Unit = Unit.CELSIUS,
+    days: Literal[1, 3, 7] = 1,
+    scale: int | float = 1,
+    hours: list[int] | None = None,
+    note: str | None = None,
+    mode: Literal["fast", "exact"] = "fast",
+    tags: list[str] = (),
+) -> str:
     """Weather forecast."""
     return json.dumps([city, unit.name, days, scale, hours, note, mode, list(tags)])
 
@@ -137,26 +165,47 @@ def test_schema_of_richer_types():
 
 
 def test_richer_types_are_validated_and_converted():
-    args = forecast.validate({"city": "Oslo", "unit": "f", "days": 3.0, "scale": 2.5, "hours": [6, 12.0],
-                              "note": None, "mode": "exact", "tags": ["a"]})
-    assert args == {"city": "Oslo", "unit": "f", "days": 3, "scale": 2.5, "hours": [6, 12], "note": None,
-                    "mode": "exact", "tags": ["a"]}  # JSON values: traces and repeated-call checks stay plain
+    args = forecast.validate(
+        {
+            "city": "Oslo",
+            "unit": "f",
+            "days": 3.0,
+            "scale": 2.5,
+            "hours": [6, 12.0],
+            "note": None,
+            "mode": "exact",
+            "tags": ["a"],
+        }
+    )
+    assert args == {
+        "city": "Oslo",
+        "unit": "f",
+        "days": 3,
+        "scale": 2.5,
+        "hours": [6, 12],
+        "note": None,
+        "mode": "exact",
+        "tags": ["a"],
+    }  # JSON values: traces and repeated-call checks stay plain
     assert json.loads(forecast(**args)) == ["Oslo", "FAHRENHEIT", 3, 2.5, [6, 12], None, "exact", ["a"]]
-    assert json.loads(forecast(city="Oslo", unit=Unit.FAHRENHEIT)) [1] == "FAHRENHEIT"  # a member is fine too
+    assert json.loads(forecast(city="Oslo", unit=Unit.FAHRENHEIT))[1] == "FAHRENHEIT"  # a member is fine too
     assert forecast.validate({"city": "Oslo", "hours": None}) == {"city": "Oslo", "hours": None}
 
 
-@pytest.mark.parametrize("args,message", [
-    ({"unit": "kelvin"}, "parameter 'unit' must be one of \"c\", \"f\", got str 'kelvin'"),
-    ({"days": 2}, "parameter 'days' must be one of 1, 3, 7, got int 2"),
-    ({"days": True}, "must be one of 1, 3, 7"),
-    ({"mode": "Fast"}, "must be one of \"fast\", \"exact\""),
-    ({"scale": "2"}, "parameter 'scale' must be of type number, got str"),
-    ({"hours": [6, "noon"]}, "parameter 'hours\\[1\\]' must be of type integer, got str 'noon'"),
-    ({"hours": "6"}, "parameter 'hours' must be of type array or null"),
-    ({"tags": None}, "parameter 'tags' must be of type array, got NoneType"),
-    ({"city": None}, "parameter 'city' must be of type string, got NoneType"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        ({"unit": "kelvin"}, "parameter 'unit' must be one of \"c\", \"f\", got str 'kelvin'"),
+        ({"days": 2}, "parameter 'days' must be one of 1, 3, 7, got int 2"),
+        ({"days": True}, "must be one of 1, 3, 7"),
+        ({"mode": "Fast"}, "must be one of \"fast\", \"exact\""),
+        ({"scale": "2"}, "parameter 'scale' must be of type number, got str"),
+        ({"hours": [6, "noon"]}, "parameter 'hours\\[1\\]' must be of type integer, got str 'noon'"),
+        ({"hours": "6"}, "parameter 'hours' must be of type array or null"),
+        ({"tags": None}, "parameter 'tags' must be of type array, got NoneType"),
+        ({"city": None}, "parameter 'city' must be of type string, got NoneType"),
+    ],
+)
 def test_richer_types_reject_with_clear_messages(args, message):
     with pytest.raises(ToolArgumentError, match=message):
         forecast.validate({"city": "Oslo", **args})
@@ -204,6 +253,7 @@ def test_async_tools_are_awaited_when_called_from_a_running_event_loop():
 
 
 # --- invoke: the agent's call, with a timeout ---------------------------------------------------
+
 
 def test_invoke_runs_the_validated_call_and_serialises_the_result():
     @tool
@@ -268,8 +318,14 @@ def test_optional_and_enum_parameters_through_the_agent(scripted):
         """Repeat."""
         return f"{times} {unit and unit.name}"
 
-    model = scripted(["Action: count\nAction Input: 5", 'Action: repeat\nAction Input: {"unit": "k"}',
-                      'Action: repeat\nAction Input: {"times": null, "unit": "c"}', "Final Answer: done"])
+    model = scripted(
+        [
+            "Action: count\nAction Input: 5",
+            'Action: repeat\nAction Input: {"unit": "k"}',
+            'Action: repeat\nAction Input: {"times": null, "unit": "c"}',
+            "Final Answer: done",
+        ]
+    )
     steps = Agent(model, tools=[count, repeat], protocol=CLASSIC).run("go").steps
     assert steps[0].observation == "5"  # a bare value for the only parameter, read as a number
     assert steps[1].kind == "bad_input" and 'must be one of "c", "f", null' in steps[1].observation

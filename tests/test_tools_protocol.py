@@ -1,5 +1,6 @@
 """The tools protocol through the one loop, driven by a scripted model: parallel calls, their results in one
 turn, the guards and observations ReAct has, the forced answer, the protocol's setting and its record."""
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,9 @@ def tools_model(scripted, replies, native: bool = True):
 
 
 def test_parallel_calls_each_become_a_step_and_their_results_go_back_in_one_turn(scripted):
-    reply = "Both at once.\n" + call("calculator", {"expression": "2+2"}) + "\n" + call("calculator", {"expression": "3*3"})
+    reply = (
+        "Both at once.\n" + call("calculator", {"expression": "2+2"}) + "\n" + call("calculator", {"expression": "3*3"})
+    )
     model = tools_model(scripted, [reply, "4 and 9."])
     result = Agent(model, [Calculator()], protocol=Tools()).run("2+2 and 3*3?")
     assert result.protocol == "tools" and result.answer == "4 and 9." and result.stop_reason == "final_answer"
@@ -40,7 +43,9 @@ def test_parallel_calls_each_become_a_step_and_their_results_go_back_in_one_turn
     assert sent[:2] == model.calls[0]["messages"]  # the prompt only grows
     assert sent[2] == {"role": "assistant", "content": reply}
     assert [(m["role"], m["content"], m["tool_call_id"]) for m in sent[3:]] == [
-        ("tool", "4", "call_0"), ("tool", "9", "call_1")]
+        ("tool", "4", "call_0"),
+        ("tool", "9", "call_1"),
+    ]
     schemas = model.calls[0]["kwargs"]["tools"]
     assert schemas[0]["function"]["name"] == "calculator"
     assert "arithmetic expression" in schemas[0]["function"]["parameters"]["properties"]["expression"]["description"]
@@ -84,8 +89,12 @@ def test_a_tool_that_does_not_allow_it_runs_its_calls_one_after_another(scripted
 
 
 def test_errors_guards_and_unknown_tools_are_observations_in_the_callers_format(scripted):
-    reply = (call("calculator", {"expression": "1+1"}) + call("calculator", {"expression": "1+1"})
-             + call("weather", {"city": "x"}) + call("calculator", {"expr": "1"}))
+    reply = (
+        call("calculator", {"expression": "1+1"})
+        + call("calculator", {"expression": "1+1"})
+        + call("weather", {"city": "x"})
+        + call("calculator", {"expr": "1"})
+    )
     model = tools_model(scripted, [reply, "2"])
     result = Agent(model, [Calculator()], protocol=Tools()).run("?")
     kinds = [s.kind for s in result.steps[:4]]
@@ -138,8 +147,9 @@ def test_server_calls_go_back_as_tool_call_turns_with_their_ids(scripted):
     result = Agent(model, [Calculator()], protocol=Tools()).run("6*7?")
     assert result.answer == "42" and result.steps[0].call_id == "abc" and result.steps[0].observation == "42"
     assistant, result_msg = model.calls[1]["messages"][2:]
-    assert assistant["tool_calls"] == [{"id": "abc", "type": "function", "function": {
-        "name": "calculator", "arguments": '{"expression": "6*7"'}}]
+    assert assistant["tool_calls"] == [
+        {"id": "abc", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "6*7"'}}
+    ]
     assert (result_msg["role"], result_msg["tool_call_id"], result_msg["content"]) == ("tool", "abc", "42")
 
 
@@ -174,8 +184,10 @@ def test_a_repeated_call_gets_the_earlier_result_and_is_asked_for_the_answer(scr
     model = tools_model(scripted, [same, same, "1024"])
     result = Agent(model, [Calculator()], protocol=Tools()).run("2**10?")
     assert [s.kind for s in result.steps] == ["action", "repeated_call", "final_answer"]
-    assert result.steps[1].observation.startswith("You already called calculator with these arguments, and it "
-                                                  "returned: 1024\nDo not call it again: reply with the answer now.")
+    assert result.steps[1].observation.startswith(
+        "You already called calculator with these arguments, and it "
+        "returned: 1024\nDo not call it again: reply with the answer now."
+    )
 
 
 def test_schema_keys_copied_into_call_arguments_are_dropped(scripted):
@@ -183,7 +195,10 @@ def test_schema_keys_copied_into_call_arguments_are_dropped(scripted):
     model = tools_model(scripted, [copied, "9"])
     result = Agent(model, [Calculator()], protocol=Tools()).run("3+6?")
     assert (result.steps[0].kind, result.steps[0].arguments, result.steps[0].observation) == (
-        "action", {"expression": "3+6"}, "9")
+        "action",
+        {"expression": "3+6"},
+        "9",
+    )
 
 
 @pytest.mark.parametrize("arguments", ["expression=b'2+2'", "expression={1, 2}", "expression=" + "-" * 3000 + "1"])

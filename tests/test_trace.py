@@ -1,4 +1,5 @@
 """Traces are JSON lines with every secret redacted."""
+
 from __future__ import annotations
 
 import io
@@ -122,8 +123,7 @@ def test_other_loggers_are_left_alone(user_log):
 def test_trace_writer_writes_one_redacted_line_per_step(tmp_path, scripted, monkeypatch):
     monkeypatch.setenv("SERPER_API_KEY", "serper-secret-42")
     path = tmp_path / "run.jsonl"
-    model = scripted(['Action: calculator\nAction Input: {"expression": "6*7"}',
-                      "Final Answer: 42 (serper-secret-42)"])
+    model = scripted(['Action: calculator\nAction Input: {"expression": "6*7"}', "Final Answer: 42 (serper-secret-42)"])
     with TraceWriter(path) as trace:
         result = Agent(model, tools=[Calculator()], on_step=trace, protocol=CLASSIC).run("6*7?")
         trace.write({"event": "result", "result": result})
@@ -164,8 +164,12 @@ def test_deep_arguments_to_a_dict_tool_are_an_error_observation_and_the_traced_r
     deep = '{"data": ' + '{"a": ' * 900 + "1" + "}" * 900 + "}"  # ~6 KB, under the argument size cap
     blob = '{"action": "store", "action_input": ' + deep + "}"
     with TraceWriter(tmp_path / "t.jsonl") as trace:
-        agent = Agent(scripted([f"Action: store\nAction Input: {deep}", blob, "Final Answer: ok"]),
-                      tools=[store], on_step=lambda step: trace.write(step), protocol=CLASSIC)
+        agent = Agent(
+            scripted([f"Action: store\nAction Input: {deep}", blob, "Final Answer: ok"]),
+            tools=[store],
+            on_step=lambda step: trace.write(step),
+            protocol=CLASSIC,
+        )
         result = agent.run("store it")
     assert [s.kind for s in result.steps] == ["bad_input", "malformed", "final_answer"] and result.answer == "ok"
     assert "nested 901 levels deep (the limit is 20)" in result.steps[0].observation

@@ -3,6 +3,7 @@ its HTTP API with gradio_client, as another program (or the page itself) would.
 
 The scripted models here stream their replies to `on_text` and can pause mid-reply until the test
 has seen the page show that text: proof that steps stream live, with no sleeps."""
+
 import contextlib
 import importlib.util
 import json
@@ -24,13 +25,13 @@ from openai_stub import OpenAIStub
 from test_cli import ROOT, SEARCH_THEN_ANSWER, SECRET, TINYAGENT, free_port
 from test_mcp import live_children
 
-from tinyagent.cli import commands as cli
-from tinyagent.web import page as web
-from tinyagent.web import reply as web_reply
 from tinyagent import redaction as secret_store
 from tinyagent.agent import Agent
+from tinyagent.cli import commands as cli
 from tinyagent.store import SQLiteStore
 from tinyagent.tools.tool import tool
+from tinyagent.web import page as web
+from tinyagent.web import reply as web_reply
 
 # gradio's queue calls a pandas option that pandas 3 deprecates: not ours to fix
 pytestmark = pytest.mark.filterwarnings("ignore:::gradio.queueing")
@@ -110,17 +111,22 @@ def pending_text(chat: list[dict]) -> str | None:
 
 
 def test_two_turns_stream_steps_in_order_and_keep_history(start_page):
-    model = LiveModel([
-        ["Thought: I need to look", PAUSE, ' this up.\nAction: lookup\nAction Input: {"name": "Jay Chou"}'],
-        ["Thought: I now", PAUSE, " know the final answer\nFinal Answer: 1979"],
-        "Thought: The first turn named him.\nFinal Answer: Jay (2000)",
-        "Final Answer: no history here",
-    ])
+    model = LiveModel(
+        [
+            ["Thought: I need to look", PAUSE, ' this up.\nAction: lookup\nAction Input: {"name": "Jay Chou"}'],
+            ["Thought: I now", PAUSE, " know the final answer\nFinal Answer: 1979"],
+            "Thought: The first turn named him.\nFinal Answer: Jay (2000)",
+            "Final Answer: no history here",
+        ]
+    )
     client = Visitor(start_page(agents_of(model)))
 
-    chats = follow(client.submit("Which year was Jay Chou born?"),
-                   (lambda chat: pending_text(chat) == "Thought: I need to look", model.resume.release),
-                   (lambda chat: pending_text(chat) == "Thought: I now", model.resume.release), visitor=client)
+    chats = follow(
+        client.submit("Which year was Jay Chou born?"),
+        (lambda chat: pending_text(chat) == "Thought: I need to look", model.resume.release),
+        (lambda chat: pending_text(chat) == "Thought: I now", model.resume.release),
+        visitor=client,
+    )
 
     def first(predicate) -> int:
         return next(i for i, chat in enumerate(chats) if predicate(chat))
@@ -129,8 +135,8 @@ def test_two_turns_stream_steps_in_order_and_keep_history(start_page):
     observed = first(lambda c: len(c) > 1 and "Observation: Jay Chou was born in 1979." in text(c[1]))
     answered = first(lambda c: text(c[-1]).startswith("1979"))
     assert [m["role"] for m in chats[0]] == ["user"] and partial < observed < answered
-    assert not any(text(m).startswith("1979") for m in chats[observed])   # the step shows before the answer
-    assert (chats[observed][1]["metadata"].get("status")) != "done"    # open while the run goes on
+    assert not any(text(m).startswith("1979") for m in chats[observed])  # the step shows before the answer
+    assert (chats[observed][1]["metadata"].get("status")) != "done"  # open while the run goes on
     final = chats[-1]
     assert [m["role"] for m in final] == ["user", "assistant", "assistant", "assistant"]
     step1, step2, answer = final[1:]
@@ -138,7 +144,7 @@ def test_two_turns_stream_steps_in_order_and_keep_history(start_page):
     assert step1["metadata"]["log"] == '{"name": "Jay Chou"}' and "duration" in step1["metadata"]
     assert text(step1).startswith('Thought: I need to look this up.\nAction: lookup\nAction Input: {"name"')
     assert step2["metadata"]["title"] == "Step 2 · final answer"
-    assert {step1["metadata"]["status"], step2["metadata"]["status"]} == {"done"}   # folded under the answer
+    assert {step1["metadata"]["status"], step2["metadata"]["status"]} == {"done"}  # folded under the answer
     assert answer["metadata"] is None
     assert text(answer).startswith("1979\n\n*[2 steps, 110 tokens (100 prompt + 10 generated), ")
 
@@ -147,7 +153,10 @@ def test_two_turns_stream_steps_in_order_and_keep_history(start_page):
     assert text(second[-1]).startswith("Jay (2000)\n\n*[1 step, ")
     sent = model.calls[2]["messages"]
     assert [m["content"] for m in sent if m["role"] != "system"][:3] == [
-        "Which year was Jay Chou born?", "1979", "What was his first album?"]
+        "Which year was Jay Chou born?",
+        "1979",
+        "What was his first album?",
+    ]
 
     assert client.clear() == []
     after, _ = client.ask("Anything?")
@@ -178,7 +187,7 @@ def test_two_clients_run_at_once_and_keep_separate_histories(start_page):
     url = start_page(agents_of(EchoModel(together=2)))
     alice, bob = Visitor(url), Visitor(url)
     jobs = [alice.submit("apple"), bob.submit("banana")]
-    firsts = [job.result()[0] for job in jobs]   # each waited at the barrier for the other: concurrent
+    firsts = [job.result()[0] for job in jobs]  # each waited at the barrier for the other: concurrent
     assert alice.joined(jobs[0]) != bob.joined(jobs[1])
     assert text(firsts[0][-1]).startswith("heard apple\n") and text(firsts[1][-1]).startswith("heard banana\n")
     chat_a, _ = alice.ask("apricot")
@@ -199,26 +208,28 @@ def test_stop_ends_the_run_after_the_step_in_progress(start_page):
         assert release.wait(WAIT_S), "the test never released the tool"
         return "a slow result"
 
-    model = LiveModel([
-        'Thought: search.\nAction: slow_search\nAction Input: {"query": "x"}',
-        'Thought: search again.\nAction: slow_search\nAction Input: {"query": "y"}',
-        "Final Answer: never reached",
-    ])
+    model = LiveModel(
+        [
+            'Thought: search.\nAction: slow_search\nAction Input: {"query": "x"}',
+            'Thought: search again.\nAction: slow_search\nAction Input: {"query": "y"}',
+            "Final Answer: never reached",
+        ]
+    )
     client = Visitor(start_page(agents_of(model, tools=[slow_search])))
     job = client.submit("Find x")
     assert entered.wait(WAIT_S)
     client.joined(job)
-    busy = client.ask("Meanwhile?")   # one run at a time per conversation
-    assert busy[1] == "Meanwhile?" and len(model.calls) == 1    # the question stays in the box
-    client.stop()   # returns once the stop is registered
+    busy = client.ask("Meanwhile?")  # one run at a time per conversation
+    assert busy[1] == "Meanwhile?" and len(model.calls) == 1  # the question stays in the box
+    client.stop()  # returns once the stop is registered
     release.set()
     chat = job.result()[0]
-    assert len(model.calls) == 1   # no second step
+    assert len(model.calls) == 1  # no second step
     assert [m["metadata"]["title"] for m in chat[1:-1]] == ["Step 1 · slow_search"]
     assert "Observation: a slow result" in text(chat[1])
     assert text(chat[-1]).startswith("Stopped after 1 step(s).\n\n*[1 step, ")
-    after, _ = client.ask("Again?")   # the next question runs in full
-    assert after[:len(chat)] == chat and text(after[-1]).startswith("never reached\n\n*[2 steps, ")
+    after, _ = client.ask("Again?")  # the next question runs in full
+    assert after[: len(chat)] == chat and text(after[-1]).startswith("never reached\n\n*[2 steps, ")
 
 
 class FailingModel(LiveModel):
@@ -240,20 +251,32 @@ class BuggyAgent(Agent):
         raise RuntimeError("agent bug near sekrit-value-123\nsecond line")
 
 
-@pytest.mark.parametrize("agent_class, error", [
-    (Agent, "Error: RuntimeError: server said: bad key [REDACTED]\n\n*[2 steps, "),  # the model fails
-    (BuggyAgent, "Error: RuntimeError: agent bug near [REDACTED]"),                  # the agent raises
-])
+@pytest.mark.parametrize(
+    "agent_class, error",
+    [
+        (Agent, "Error: RuntimeError: server said: bad key [REDACTED]\n\n*[2 steps, "),  # the model fails
+        (BuggyAgent, "Error: RuntimeError: agent bug near [REDACTED]"),  # the agent raises
+    ],
+)
 def test_errors_are_chat_messages_and_secrets_never_reach_the_page(start_page, monkeypatch, agent_class, error):
     monkeypatch.setenv("SERPER_API_KEY", "sekrit-value-123")
-    model = FailingModel([
-        ["Thought: my key is sekr", PAUSE, 'it-value-123.\nAction: lookup\nAction Input: {"name": "sekrit-value-123"}'],
-        "unused: this call raises",
-        "Final Answer: still here",
-    ])
+    model = FailingModel(
+        [
+            [
+                "Thought: my key is sekr",
+                PAUSE,
+                'it-value-123.\nAction: lookup\nAction Input: {"name": "sekrit-value-123"}',
+            ],
+            "unused: this call raises",
+            "Final Answer: still here",
+        ]
+    )
     client = Visitor(start_page(lambda **callbacks: agent_class(model, tools=[lookup], **callbacks)))
-    chats = follow(client.submit("What is my key?"),
-                   (lambda chat: pending_text(chat) == "Thought: my key is ", model.resume.release), visitor=client)
+    chats = follow(
+        client.submit("What is my key?"),
+        (lambda chat: pending_text(chat) == "Thought: my key is ", model.resume.release),
+        visitor=client,
+    )
     shown = json.dumps(chats)
     assert "sekr" not in shown and "[REDACTED]" in shown and "Traceback" not in shown
     final = chats[-1]
@@ -261,10 +284,10 @@ def test_errors_are_chat_messages_and_secrets_never_reach_the_page(start_page, m
     assert text(final[1]).startswith("Thought: my key is [REDACTED].")
     assert "Observation: [REDACTED] was born" in text(final[1])
     assert text(final[-1]).startswith(error) and "second line" not in text(final[-1])
-    if agent_class is Agent:   # the CLI's summary line, and the chat goes on after a model error
+    if agent_class is Agent:  # the CLI's summary line, and the chat goes on after a model error
         assert text(final[-1]).endswith(", stopped: the model failed]*")
         chat, _ = client.ask("Still there?")
-        assert text(chat[-1]).startswith("still here") and chat[:len(final)] == final
+        assert text(chat[-1]).startswith("still here") and chat[: len(final)] == final
 
 
 def test_shown_holds_back_a_tail_that_could_start_a_secret(monkeypatch):
@@ -277,6 +300,7 @@ def test_shown_holds_back_a_tail_that_could_start_a_secret(monkeypatch):
 
 
 # --- whose conversation, and how much of the page -------------------------------------------------
+
 
 class Memory(ScriptedModel):
     """Answers with every question of the conversation so far."""
@@ -316,7 +340,8 @@ def test_a_question_over_the_length_cap_is_refused_and_stays_in_the_box(start_pa
     chat, _ = visitor.ask("y" * 50)
     assert text(chat[-1]).startswith("heard " + "y" * 50)
     assert web.ChatPage(agents_of(model), max_question_chars=50).warning("too_long", "x" * 51) == (
-        "The question is too long (51 characters; the limit is 50).")
+        "The question is too long (51 characters; the limit is 50)."
+    )
 
 
 def test_runs_past_the_cap_wait_in_line_and_are_told_their_place(start_page):
@@ -373,23 +398,28 @@ def test_a_steps_argument_line_is_redacted_before_it_is_cut(monkeypatch):
     key = "sk-page-0123456789abcdefghijklmnopqrstuv"
     secret_store.register_secret(key)
     reply = web_reply.PageReply("en")
-    reply.on_step(Step(index=0, text="Thought: x", kind=StepKind.ACTION, action="lookup", arguments={"name": "n" * 170 + key}))
+    reply.on_step(
+        Step(index=0, text="Thought: x", kind=StepKind.ACTION, action="lookup", arguments={"name": "n" * 170 + key})
+    )
     log = reply.messages()[0]["metadata"]["log"]
     assert log.startswith('{"name": "' + "n" * 170) and not any(key[:k] in log for k in range(4, len(key) + 1))
 
 
 # --- the commands: `tinyagent web` and `run_demo.py --web`, as real processes --------------------
 
+
 @contextlib.contextmanager
 def running(command: list[str], env: dict | None = None):
     """Start `command`; yield (process, page URL) once it says the page is up; Ctrl-C it afterwards."""
     environment = {k: v for k, v in os.environ.items() if k not in ("SERPER_API_KEY", "OPENAI_API_KEY")}
     environment.update({"HF_HUB_OFFLINE": "1", **(env or {})})
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=environment, cwd=ROOT)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment, cwd=ROOT
+    )
     lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in process.stderr] + [lines.put(None)],
-                     daemon=True).start()
+    threading.Thread(
+        target=lambda: [lines.put(line) for line in process.stderr] + [lines.put(None)], daemon=True
+    ).start()
     seen = []
     try:
         while True:
@@ -411,8 +441,16 @@ def running(command: list[str], env: dict | None = None):
 
 def test_tinyagent_web_serves_the_configured_model_until_ctrl_c():
     with OpenAIStub(replies=[*SEARCH_THEN_ANSWER, "Final Answer: 1979"], require_key=SECRET) as stub:
-        args = ["--base-url", stub.base_url, "--model", "stub-model", "--tools", "calculator", "--port",
-                str(free_port())]
+        args = [
+            "--base-url",
+            stub.base_url,
+            "--model",
+            "stub-model",
+            "--tools",
+            "calculator",
+            "--port",
+            str(free_port()),
+        ]
         with running([TINYAGENT, "web", *args], env={"OPENAI_API_KEY": SECRET}) as (process, url, stderr):
             client = Visitor(url)
             chat, _ = client.ask("What is 6*7?")
@@ -424,12 +462,13 @@ def test_tinyagent_web_serves_the_configured_model_until_ctrl_c():
         assert sent[0]["content"] == "What is 6*7?" and sent[1]["content"].startswith("42")  # the history went along
         everything = "".join(stderr) + process.stderr.read() + process.stdout.read()
         assert SECRET not in everything and "Traceback" not in everything
-        assert "tinyagent: Using model stub-model at " in everything   # the model is set up before the page
+        assert "tinyagent: Using model stub-model at " in everything  # the model is set up before the page
 
 
 def test_web_serves_the_tools_of_an_mcp_server_and_stops_it_on_exit(monkeypatch):
-    model = LiveModel(['Thought: ask the clock.\nAction: get_current_time\nAction Input: {"timezone": "UTC"}',
-                       "Final Answer: now"])
+    model = LiveModel(
+        ['Thought: ask the clock.\nAction: get_current_time\nAction Input: {"timezone": "UTC"}', "Final Answer: now"]
+    )
     monkeypatch.setattr(cli.configuration, "build_model", lambda cfg: model)
     closed, chats = [], []
     close_tools = cli.configuration.close_tools
@@ -441,13 +480,25 @@ def test_web_serves_the_tools_of_an_mcp_server_and_stops_it_on_exit(monkeypatch)
 
     monkeypatch.setattr(gradio.Blocks, "block_thread", ask_then_close)
     before = live_children()
-    assert cli.main(["web", "--tools", "calculator", "--mcp", f"{sys.executable} -m mcp_server_time",
-                     "--port", str(free_port())]) == 0
+    assert (
+        cli.main(
+            [
+                "web",
+                "--tools",
+                "calculator",
+                "--mcp",
+                f"{sys.executable} -m mcp_server_time",
+                "--port",
+                str(free_port()),
+            ]
+        )
+        == 0
+    )
     step = chats[0][1]
     assert step["metadata"]["title"] == "Step 1 · get_current_time" and '"timezone": "UTC"' in text(step)
     assert "Observation: " in text(step) and "Error" not in text(step)
     assert {t.name_for_model for t in closed} >= {"calculator", "get_current_time", "convert_time"}
-    assert live_children() == before   # the MCP server process is gone
+    assert live_children() == before  # the MCP server process is gone
 
 
 def serve_once(monkeypatch, argv: list[str], visit) -> int:
@@ -479,11 +530,14 @@ def test_credentials_in_the_base_url_reach_neither_the_page_nor_its_config(monke
     assert not any(password in text or key in text or "bob:" in text for text in seen)
 
 
-@pytest.mark.parametrize("argv, warned", [
-    (["--host", "0.0.0.0"], "open to other machines (0.0.0.0) without a login"),
-    (["--host", "127.0.0.1"], None),
-    (["--host", "0.0.0.0", "--auth", "alice:correct-horse-42"], None),
-])
+@pytest.mark.parametrize(
+    "argv, warned",
+    [
+        (["--host", "0.0.0.0"], "open to other machines (0.0.0.0) without a login"),
+        (["--host", "127.0.0.1"], None),
+        (["--host", "0.0.0.0", "--auth", "alice:correct-horse-42"], None),
+    ],
+)
 def test_a_page_open_beyond_this_machine_without_a_login_gets_a_warning(monkeypatch, capsys, argv, warned):
     answers = []
 
@@ -500,8 +554,10 @@ def test_a_page_open_beyond_this_machine_without_a_login_gets_a_warning(monkeypa
 def test_a_login_takes_its_password_from_the_environment(monkeypatch, capsys):
     monkeypatch.setattr(secret_store, "_extra_secrets", set())
     assert cli.main(["web", "--auth", "alice", "--tools", "calculator"]) == 2
-    assert capsys.readouterr().err.strip() == ("tinyagent: error: web.auth_user: a login needs a user and a password: "
-                                               "--auth USER:PASSWORD, or the password in TINYAGENT_WEB_PASSWORD")
+    assert capsys.readouterr().err.strip() == (
+        "tinyagent: error: web.auth_user: a login needs a user and a password: "
+        "--auth USER:PASSWORD, or the password in TINYAGENT_WEB_PASSWORD"
+    )
     monkeypatch.setenv("TINYAGENT_WEB_PASSWORD", "from-the-env-77")
     answers = []
     visit = lambda page: answers.append(Visitor(page.local_url, auth=("alice", "from-the-env-77")).ask("hi")[0])  # noqa: E731
@@ -512,16 +568,32 @@ def test_a_login_takes_its_password_from_the_environment(monkeypatch, capsys):
 def test_web_takes_the_model_and_agent_options_of_ask():
     done = subprocess.run([TINYAGENT, "web", "--help"], capture_output=True, text=True, check=False)
     assert done.returncode == 0
-    for option in ("--config", "--model", "--base-url", "--tools", "--max-turns", "--host", "--port", "--share",
-                   "--auth", "--max-question-chars", "--max-sessions", "--session-ttl", "--max-runs"):
+    for option in (
+        "--config",
+        "--model",
+        "--base-url",
+        "--tools",
+        "--max-turns",
+        "--host",
+        "--port",
+        "--share",
+        "--auth",
+        "--max-question-chars",
+        "--max-sessions",
+        "--session-ttl",
+        "--max-runs",
+    ):
         assert option in done.stdout
 
 
-@pytest.mark.parametrize("args, code, message", [
-    (["--config", "configs/missing.yaml"], 2, "tinyagent: error: configs/missing.yaml: no such config file"),
-    (["--max-turns", "0"], 2, "tinyagent: error: agent.max_turns: must be at least 1, not 0"),
-    (["--port", "many"], 2, "tinyagent web: error: argument --port: invalid int value: 'many'"),
-])
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (["--config", "configs/missing.yaml"], 2, "tinyagent: error: configs/missing.yaml: no such config file"),
+        (["--max-turns", "0"], 2, "tinyagent: error: agent.max_turns: must be at least 1, not 0"),
+        (["--port", "many"], 2, "tinyagent web: error: argument --port: invalid int value: 'many'"),
+    ],
+)
 def test_bad_options_are_one_line_errors(args, code, message, capsys):
     assert cli.main(["web", *args]) == code
     err = capsys.readouterr().err
@@ -544,7 +616,7 @@ def test_run_demo_web_serves_the_demo_agent(monkeypatch, capsys):
     assert demo.main(["--web", "--port", str(free_port())], model=model) == 0
     # the demo searches the question first (twice: "Hi?", then its words, find nothing), then the model answers
     assert text(answers[0][-1]).startswith("hello\n\n*[3 steps, ")
-    assert "local_search" in model.calls[0]["messages"][0]["content"]   # the demo's config and tools
+    assert "local_search" in model.calls[0]["messages"][0]["content"]  # the demo's config and tools
     assert "tinyagent: Chat page at http://127.0.0.1:" in capsys.readouterr().err
 
 
@@ -553,22 +625,31 @@ def test_a_port_in_use_is_a_one_line_error(capsys):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        code = cli.main(["web", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--tools", "calculator",
-                         "--port", str(port)])
+        code = cli.main(
+            ["web", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--tools", "calculator", "--port", str(port)]
+        )
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 1 and err[-1] == (f"tinyagent: error: could not serve the page on 127.0.0.1:{port}: the port "
-                                     "is in use or not allowed (OSError); choose another with --port")
+    assert code == 1 and err[-1] == (
+        f"tinyagent: error: could not serve the page on 127.0.0.1:{port}: the port "
+        "is in use or not allowed (OSError); choose another with --port"
+    )
 
 
 def test_without_gradio_the_command_says_how_to_install_it(capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "gradio", None)   # `import gradio` now raises ImportError
+    monkeypatch.setitem(sys.modules, "gradio", None)  # `import gradio` now raises ImportError
     assert cli.main(["web", "--tools", "calculator"]) == 1
-    assert capsys.readouterr().err.strip() == "tinyagent: error: the chat page needs gradio: pip install 'tinyagent[web]'"
+    assert (
+        capsys.readouterr().err.strip() == "tinyagent: error: the chat page needs gradio: pip install 'tinyagent[web]'"
+    )
 
 
 def test_a_chinese_question_gets_chinese_step_titles(start_page):
-    model = LiveModel(['Thought: 我需要查一下。\nAction: lookup\nAction Input: {"name": "周杰伦"}',
-                       "Thought: 我现在知道最终答案了\nFinal Answer: 1979年"])
+    model = LiveModel(
+        [
+            'Thought: 我需要查一下。\nAction: lookup\nAction Input: {"name": "周杰伦"}',
+            "Thought: 我现在知道最终答案了\nFinal Answer: 1979年",
+        ]
+    )
     chat, _ = Visitor(start_page(agents_of(model))).ask("周杰伦哪年出生？")
     assert [m["metadata"]["title"] for m in chat[1:-1]] == ["第 1 步 · lookup", "第 2 步 · 最终答案"]
     assert chat[1]["metadata"]["log"] == '{"name": "周杰伦"}' and "Observation: 周杰伦 was born" in text(chat[1])
@@ -580,19 +661,26 @@ def test_the_answer_lists_the_sources_of_its_passages(start_page):
     from tinyagent.tools import LocalSearch
 
     docs = LocalSearch(ROOT / "examples" / "docs")
-    model = LiveModel(['Thought: I will search.\nAction: local_search\nAction Input: {"search_query": "error E2"}',
-                       "Thought: I now know the final answer\nFinal Answer: The base cannot sense the kettle.",
-                       'Thought: 搜索。\nAction: local_search\nAction Input: {"search_query": "保修期"}',
-                       "Thought: 我现在知道最终答案了\nFinal Answer: 保修两年。"])
+    model = LiveModel(
+        [
+            'Thought: I will search.\nAction: local_search\nAction Input: {"search_query": "error E2"}',
+            "Thought: I now know the final answer\nFinal Answer: The base cannot sense the kettle.",
+            'Thought: 搜索。\nAction: local_search\nAction Input: {"search_query": "保修期"}',
+            "Thought: 我现在知道最终答案了\nFinal Answer: 保修两年。",
+        ]
+    )
     visitor = Visitor(start_page(agents_of(model, tools=[docs])))
     chat, _ = visitor.ask("What does error E2 mean?")
     assert "Observation: [1] kettle-manual.pdf p. 3\nError codes" in text(chat[1])
-    assert text(chat[-1]).startswith("The base cannot sense the kettle.\n\nSources:\n- kettle-manual.pdf p. 3\n\n*[2 steps")
+    assert text(chat[-1]).startswith(
+        "The base cannot sense the kettle.\n\nSources:\n- kettle-manual.pdf p. 3\n\n*[2 steps"
+    )
     chat, _ = visitor.ask("保修期多长？")
     assert text(chat[-1]).startswith("保修两年。\n\n出处：\n- zh/常见问题.md § 保修期多长？\n\n*[2 steps")
 
 
 # --- conversations kept in the conversation store (web.store) ------------------------------------------
+
 
 def test_with_a_store_a_conversation_comes_back_after_a_restart(start_page, tmp_path):
     path = tmp_path / "c.sqlite3"
@@ -604,7 +692,7 @@ def test_with_a_store_a_conversation_comes_back_after_a_restart(start_page, tmp_
     again.key = visitor.key  # the tab kept its conversation's id
     chat, _ = again.ask("what is my name?")
     assert again.key == visitor.key
-    assert chat[:len(shown)] == shown  # the turn before the restart, as it was shown
+    assert chat[: len(shown)] == shown  # the turn before the restart, as it was shown
     assert text(chat[-1]).startswith("heard my name is Ada | what is my name?")  # the agent has its history
     stranger = Visitor(restarted)
     chat, _ = stranger.ask("hello")

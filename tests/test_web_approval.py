@@ -1,6 +1,7 @@
 """The chat page's approval card (tinyagent.web.approval), through the running server with gradio_client:
 a call waiting for approval shows in the step stream and as the card; the card's answer (through the
 page's `/approve` API, what its buttons call) runs, edits or refuses it; Stop ends a run that waits."""
+
 import json
 import threading
 
@@ -22,8 +23,14 @@ CALL = 'Thought: look it up.\nAction: lookup\nAction Input: {"name": "Jay Chou"}
 
 def approving(model, policy=None):
     """The page's agent factory: lookup needs approval; the page gives the approver its card."""
-    return lambda **callbacks: Agent(model, tools=[lookup], max_turns=3,
-                                     approve=Approver(None, policy or {"lookup": "ask"}), **callbacks, protocol=CLASSIC)
+    return lambda **callbacks: Agent(
+        model,
+        tools=[lookup],
+        max_turns=3,
+        approve=Approver(None, policy or {"lookup": "ask"}),
+        **callbacks,
+        protocol=CLASSIC,
+    )
 
 
 def card_of(outputs) -> tuple[str, str] | None:
@@ -70,27 +77,37 @@ def test_the_card_waits_then_an_edit_that_does_not_fit_is_shown_again_and_a_good
     assert cards[0][0].startswith("Call 1 · **lookup** wants to run with these arguments.")
     assert json.loads(cards[0][1]) == {"name": "Jay Chou"}
     assert "Those arguments do not fit: bad Action Input for lookup: unknown parameter(s) 'person'" in cards[1][0]
-    waiting = [o[0][-1]["metadata"]["title"] for o in outputs if o[0] and (o[0][-1].get("metadata") or {}).get(
-        "title", "").endswith("waiting for your approval")]
-    assert waiting and waiting[0] == "Step 1 · lookup · waiting for your approval"   # in the step stream too
+    waiting = [
+        o[0][-1]["metadata"]["title"]
+        for o in outputs
+        if o[0] and (o[0][-1].get("metadata") or {}).get("title", "").endswith("waiting for your approval")
+    ]
+    assert waiting and waiting[0] == "Step 1 · lookup · waiting for your approval"  # in the step stream too
     final = outputs[-1][0]
     assert [m["metadata"]["title"] for m in final[1:-1]] == ["Step 1 · lookup · edited", "Step 2 · final answer"]
-    assert final[1]["metadata"]["log"] == '{"name": "周杰伦"}' and "Observation: 周杰伦 was born in 1979." in text(final[1])
-    assert [o[3] for o in outputs if isinstance(o[3], str)][-1] == ""   # the card was hidden once answered
+    assert final[1]["metadata"]["log"] == '{"name": "周杰伦"}' and "Observation: 周杰伦 was born in 1979." in text(
+        final[1]
+    )
+    assert [o[3] for o in outputs if isinstance(o[3], str)][-1] == ""  # the card was hidden once answered
     assert text(final[-1]).startswith("1979\n\n")
 
 
 def test_refuse_gives_the_model_the_reason_and_always_is_not_asked_again(start_page):  # noqa: F811
-    model = LiveModel([CALL, CALL.replace("Jay Chou", "Faye Wong"), CALL.replace("Jay Chou", "Eason Chan"),
-                       "Final Answer: 1969"])
+    model = LiveModel(
+        [CALL, CALL.replace("Jay Chou", "Faye Wong"), CALL.replace("Jay Chou", "Eason Chan"), "Final Answer: 1969"]
+    )
     client = Visitor(start_page(approving(model)))
-    outputs = answer_when_asked(client.submit("Who?"), client,
-                                ("refuse", "", "ask about Faye Wong instead"), ("always", "", ""))
+    outputs = answer_when_asked(
+        client.submit("Who?"), client, ("refuse", "", "ask about Faye Wong instead"), ("always", "", "")
+    )
     assert "refused, so it did not run: ask about Faye Wong instead." in model.calls[1]["messages"][-1]["content"]
     final = outputs[-1][0]
-    assert [m["metadata"]["title"] for m in final[1:4]] == ["Step 1 · lookup · refused", "Step 2 · lookup",
-                                                            "Step 3 · lookup"]
-    assert "Observation: Eason Chan was born in 1979." in text(final[3])   # run without asking
+    assert [m["metadata"]["title"] for m in final[1:4]] == [
+        "Step 1 · lookup · refused",
+        "Step 2 · lookup",
+        "Step 3 · lookup",
+    ]
+    assert "Observation: Eason Chan was born in 1979." in text(final[3])  # run without asking
 
 
 def test_stop_refuses_the_call_waiting_and_ends_the_run(start_page):  # noqa: F811
@@ -103,7 +120,7 @@ def test_stop_refuses_the_call_waiting_and_ends_the_run(start_page):  # noqa: F8
     assert len(model.calls) == 1 and [m["metadata"]["title"] for m in final[1:-1]] == ["Step 1 · lookup · refused"]
     assert "refused, so it did not run: the user stopped the run" in text(final[1])
     assert text(final[-1]).startswith("Stopped after 1 step(s).")
-    assert client.approve("run") is False   # nothing waits any more
+    assert client.approve("run") is False  # nothing waits any more
     after, _ = client.ask("Next?")
     assert text(after[-1]).startswith("the next question")
 
@@ -143,6 +160,7 @@ class Watched(Agent):
 
 def watched(model, stopped: threading.Event, ran: list):
     """The page's agent factory: lookup needs approval, and every call that really ran is counted in `ran`."""
+
     @tool
     def lookup(name: str) -> str:
         """Look up a person."""
@@ -150,10 +168,12 @@ def watched(model, stopped: threading.Event, ran: list):
         return f"{name} was born in 1979."
 
     def factory(**callbacks):
-        agent = Watched(model, tools=[lookup], protocol=CLASSIC, max_turns=3, approve=Approver(None, {"lookup": "ask"}),
-                        **callbacks)
+        agent = Watched(
+            model, tools=[lookup], protocol=CLASSIC, max_turns=3, approve=Approver(None, {"lookup": "ask"}), **callbacks
+        )
         agent.stopped = stopped
         return agent
+
     return factory
 
 
@@ -172,7 +192,7 @@ def test_stop_while_the_reply_is_written_refuses_its_call_without_a_card(start_p
             break
     client.stop()
     assert stopped.is_set()
-    model.resume.release()   # the reply ends with its call only now, after Stop
+    model.resume.release()  # the reply ends with its call only now, after Stop
     outputs = []
     for o in job:
         assert not card_of(o), "the card showed a call of a stopped run"
@@ -183,7 +203,7 @@ def test_stop_while_the_reply_is_written_refuses_its_call_without_a_card(start_p
     assert [m["metadata"]["title"] for m in final[1:-1]] == ["Step 1 · lookup · refused"]
     assert "refused, so it did not run: the user stopped the run" in text(final[1])
     assert text(final[-1]).startswith("Stopped after 1 step(s).")
-    after, _ = client.ask("Next?")   # the stop was for that run only
+    after, _ = client.ask("Next?")  # the stop was for that run only
     assert text(after[-1]).startswith("the next question")
 
 
@@ -198,19 +218,19 @@ def test_a_tab_closed_while_the_reply_is_written_frees_the_session_and_runs_noth
         client.key = outputs[2]
         if outputs[0] and "Thought: look it up." in text(outputs[0][-1]):
             break
-    cancel = threading.Thread(target=job.cancel)   # it returns once the handler has ended
+    cancel = threading.Thread(target=job.cancel)  # it returns once the handler has ended
     cancel.start()
     assert stopped.wait(WAIT_S), "the page's handler never stopped the run"
-    model.resume.release()   # the reply ends with its call only now, after the stop
+    model.resume.release()  # the reply ends with its call only now, after the stop
     cancel.join(WAIT_S)
     assert not cancel.is_alive(), "the page's handler never ended: its run waits for a card no one can see"
     for _ in range(600):  # "busy" (the question stays in the box) until the handler has ended the run
         chat, box = client.ask("Next?")
         if box == "":
             break
-    assert ran == [] and text(chat[-1]).startswith("after the cancel")   # one run slot (max_runs=1): it was freed
+    assert ran == [] and text(chat[-1]).startswith("after the cancel")  # one run slot (max_runs=1): it was freed
     shown = [(m.get("metadata") or {}).get("title") for m in chat]
-    assert "Step 1 · lookup · refused" in shown   # the cancelled run's steps stay on the page
+    assert "Step 1 · lookup · refused" in shown  # the cancelled run's steps stay on the page
     assert any("refused, so it did not run: the user stopped the run" in text(m) for m in chat)
 
 
@@ -227,14 +247,18 @@ def test_an_answer_names_its_call_and_a_late_second_click_approves_nothing(start
         keep_ids(outputs, client)
         if card_of(outputs) and client.call != first:
             break
-    assert card_of(outputs)[0].startswith(f"Call {client.call} · **lookup**") and json.loads(
-        card_of(outputs)[1]) == {"name": "Faye Wong"}
-    assert client.approve("run", call=first) is False   # the late click: that call was answered already
-    assert client.approve("run", call="") is False      # an answer naming no call approves nothing either
-    assert client.approve("refuse", "", "not her") is True   # the card's own id
+    assert card_of(outputs)[0].startswith(f"Call {client.call} · **lookup**") and json.loads(card_of(outputs)[1]) == {
+        "name": "Faye Wong"
+    }
+    assert client.approve("run", call=first) is False  # the late click: that call was answered already
+    assert client.approve("run", call="") is False  # an answer naming no call approves nothing either
+    assert client.approve("refuse", "", "not her") is True  # the card's own id
     final = job.result()[0]
-    assert [m["metadata"]["title"] for m in final[1:-1]] == ["Step 1 · lookup", "Step 2 · lookup · refused",
-                                                             "Step 3 · final answer"]
+    assert [m["metadata"]["title"] for m in final[1:-1]] == [
+        "Step 1 · lookup",
+        "Step 2 · lookup · refused",
+        "Step 3 · final answer",
+    ]
 
 
 def test_the_card_shows_hidden_characters_escaped_and_an_edit_of_what_it_shows_runs_the_same(start_page):  # noqa: F811
@@ -250,7 +274,7 @@ def test_the_card_shows_hidden_characters_escaped_and_an_edit_of_what_it_shows_r
     assert client.approve("edit", arguments) is True
     final = job.result()[0]
     assert f"Observation: {hidden} was born in 1979." in text(final[1])
-    assert final[1]["metadata"]["log"] == '{"name": "Jay\\u202e uohC\\u2066\\u200b"}'   # the step's line too
+    assert final[1]["metadata"]["log"] == '{"name": "Jay\\u202e uohC\\u2066\\u200b"}'  # the step's line too
 
 
 def test_pending_refuses_a_stopped_runs_calls_in_every_order_of_events():
@@ -273,20 +297,20 @@ def test_pending_refuses_a_stopped_runs_calls_in_every_order_of_events():
         assert shown.wait(WAIT_S)
         return thread, got
 
-    pending.cancel()   # Stop between runs ...
-    pending.start()    # ... and the next run starts: it asks as usual
+    pending.cancel()  # Stop between runs ...
+    pending.start()  # ... and the next run starts: it asks as usual
     thread, got = asked()
     assert pending.answer(Verdict.run(), "999") is False and pending.answer(Verdict.run(), pending.call) is True
     thread.join(WAIT_S)
     assert got[0].decision == Decision.RUN
 
-    pending.cancel()   # Stop while the model still writes: the call it then asks about is refused, no card
+    pending.cancel()  # Stop while the model still writes: the call it then asks about is refused, no card
     shown.clear()
     assert pending.ask(request).decision == Decision.REFUSE and not shown.is_set()
 
     pending.start()
     thread, got = asked()
-    pending.cancel()   # Stop while a call waits: refused, and so is the next call of that run
+    pending.cancel()  # Stop while a call waits: refused, and so is the next call of that run
     thread.join(WAIT_S)
     assert got[0] == Verdict.refuse("the user stopped the run")
     shown.clear()

@@ -1,6 +1,7 @@
 """The agent keeps the model's own reasoning (issue 27): a long or unlabelled working is one step, a
 direct answer is a valid first step, an answer right after a failed call is sent back once, a reply
 that only reasons is asked its answer in the same step, and the prompt of a run still only grows."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,14 +15,15 @@ from tinyagent.eval.scoring import VALID_KINDS
 from tinyagent.format.direct import direct_messages, working_answer
 from tinyagent.format.examples import examples_for
 from tinyagent.format.prompts import ANSWER_LEAD, THOUGHT_LEAD, build_check_prompt, build_system_prompt
-from tinyagent.format.templates import shipped
 from tinyagent.format.reading import read_step
+from tinyagent.format.templates import shipped
 from tinyagent.tools import Calculator
 
 #: ReAct from the first reply: these tests drive the loop itself (the working first is tested below)
 CLASSIC = ReAct(working_first=False, search="tool")
-FORCE_FINAL, RECHECK = ({lang: shipped().text(name, lang) for lang in ("en", "zh")}
-                        for name in ("react.force_final", "react.recheck"))
+FORCE_FINAL, RECHECK = (
+    {lang: shipped().text(name, lang) for lang in ("en", "zh")} for name in ("react.force_final", "react.recheck")
+)
 
 CALC = 'Action: calculator\nAction Input: {"expression": "3 * 4 + 1"}'
 WORKING = "Thought: Ann has 3 bags of 4 apples, so 3 * 4 = 12.\nShe finds 1 more: 12 + 1 = 13.\nI will check it."
@@ -39,7 +41,7 @@ def test_a_long_multi_line_thought_is_one_step_and_its_call_runs():
     result = agent.run("How many apples?")
     first = result.steps[0]
     assert first.kind == "action" and first.observation == "13" and first.arguments == {"expression": "3 * 4 + 1"}
-    assert first.thought == WORKING[len("Thought: "):]  # all three lines, as one thought
+    assert first.thought == WORKING[len("Thought: ") :]  # all three lines, as one thought
     assert result.answer == "13" and len(model.calls) == 2
 
 
@@ -60,7 +62,9 @@ def test_a_direct_answer_is_a_valid_first_step_and_calls_no_tool():
         return "?"
 
     model = ScriptedModel(["Thought: 2 + 2 is 4; no tool is needed.\nFinal Answer: 4"])
-    result = Agent(model, tools=[lookup], protocol=ReAct(working_first=False, thought_first=False)).run("What is 2 + 2?")
+    result = Agent(model, tools=[lookup], protocol=ReAct(working_first=False, thought_first=False)).run(
+        "What is 2 + 2?"
+    )
     assert [s.kind for s in result.steps] == ["final_answer"] and result.steps[0].kind in VALID_KINDS
     assert result.answer == "4" and result.stop_reason == "final_answer" and ran == [] and len(model.calls) == 1
 
@@ -93,8 +97,10 @@ def test_the_turn_caps_answer_is_asked_from_the_whole_working():
     forced = model.calls[-1]["messages"][-1]["content"]
     assert forced.endswith("Observation: 13\n" + FORCE_FINAL["en"]) and WORKING in forced
     assert result.answer == "13" and result.stop_reason == "max_turns"
-    for lang, words in (("en", ("all my working", "every observation", "whole question")),
-                        ("zh", ("全部的解题过程", "每一个 Observation", "整个问题"))):
+    for lang, words in (
+        ("en", ("all my working", "every observation", "whole question")),
+        ("zh", ("全部的解题过程", "每一个 Observation", "整个问题")),
+    ):
         assert all(w in FORCE_FINAL[lang] for w in words) and FORCE_FINAL[lang].endswith("Final Answer:")
 
 
@@ -106,6 +112,7 @@ def test_two_repeated_calls_in_a_row_ask_for_the_answer_at_once():
 
 
 # --- the Thought: lead -------------------------------------------------------------------------
+
 
 class Continuing(BaseModel):
     """Replies that continue the prompt as written (no adaptation to the lead), and every call seen."""
@@ -120,7 +127,9 @@ class Continuing(BaseModel):
 
 def test_each_reply_is_begun_with_thought_so_the_model_reasons_first():
     model = Continuing([" 3 * 4 = 12, plus 1 is 13. I will check.\n" + CALC, " It checks out.\nFinal Answer: 13"])
-    result = Agent(model, tools=[Calculator()], protocol=ReAct(working_first=False, thought_first=True)).run("How many apples?")
+    result = Agent(model, tools=[Calculator()], protocol=ReAct(working_first=False, thought_first=True)).run(
+        "How many apples?"
+    )
     assert model.calls[0][-1] == {"role": "assistant", "content": THOUGHT_LEAD}
     assert result.steps[0].text.startswith("Thought: 3 * 4 = 12") and result.steps[0].kind == "action"
     assert model.calls[1][-1]["content"].endswith("Observation: 13\n" + THOUGHT_LEAD)
@@ -130,7 +139,9 @@ def test_each_reply_is_begun_with_thought_so_the_model_reasons_first():
 def test_a_reply_that_only_reasons_is_asked_its_answer_in_the_same_step():
     streamed = []
     model = Continuing([" 3 * 4 = 12 and 12 + 1 = 13.\nSo Ann has 13 apples.", " 13"])
-    result = Agent(model, tools=[Calculator()], on_text=streamed.append, protocol=ReAct(working_first=False, thought_first=True)).run("How many apples?")
+    result = Agent(
+        model, tools=[Calculator()], on_text=streamed.append, protocol=ReAct(working_first=False, thought_first=True)
+    ).run("How many apples?")
     (step,) = result.steps
     assert step.kind == "answer_asked" and step.kind not in VALID_KINDS  # scored as a format slip
     assert result.answer == "13" and result.stop_reason == "final_answer" and result.finished
@@ -152,13 +163,16 @@ def test_no_lead_when_constrained_or_in_the_tools_protocol():
     assert model.calls[0]["messages"][-1]["role"] == "user"
 
 
-@pytest.mark.parametrize("question", ["Ann has 3 bags of 4 apples and finds one more. How many?",
-                                      "小明有3袋苹果，每袋4个，又捡到1个。一共有几个？"])
+@pytest.mark.parametrize(
+    "question",
+    ["Ann has 3 bags of 4 apples and finds one more. How many?", "小明有3袋苹果，每袋4个，又捡到1个。一共有几个？"],
+)
 def test_the_prompt_only_grows_on_a_real_chat_template(tiny_llama_dir, question):
     wrong = '\nAction: weather\nAction Input: {"city": "x"}'
     replies = [" 3 * 4 = 12." + wrong, "\nFinal Answer: 12", " 3 * 4 + 1 = 13\n" + CALC, " done.", " 13"]
-    result = run_on_real_template(tiny_llama_dir, replies, question, ReAct(working_first=False, thought_first=True),
-                                  max_turns=4)
+    result = run_on_real_template(
+        tiny_llama_dir, replies, question, ReAct(working_first=False, thought_first=True), max_turns=4
+    )
     assert [s.kind for s in result.steps] == ["unknown_tool", "recheck", "action", "answer_asked"]
 
 
@@ -185,15 +199,38 @@ def run_on_real_template(tiny_llama_dir, replies, question, protocol: ReAct, **a
 # --- the prompts, in full ------------------------------------------------------------------------
 
 MUST_SAY = {
-    "en": ["You have access to these tools:", "calculator: Call this tool", "Question:", "Thought:",
-           "on as many lines as you need", "Action: the tool to call, exactly one of [calculator]", "Action Input:",
-           "Observation:", "Final Answer:", "check a step of your working", "not the whole question",
-           "never write an Observation yourself", "write your working as the Thought and then the Final Answer "
-           "directly", "Begin!"],
-    "zh": ["你可以使用以下工具：", "calculator: 调用此工具", "Question:", "Thought:", "需要几行就写几行",
-           "Action: 要调用的工具，必须是 [calculator] 之一", "Action Input:", "Observation:", "Final Answer:",
-           "核对解题中的某一步", "而不是整个问题", "不要自己编写 Observation", "把解题过程写在 Thought 中，然后直接给出 Final Answer",
-           "开始！"],
+    "en": [
+        "You have access to these tools:",
+        "calculator: Call this tool",
+        "Question:",
+        "Thought:",
+        "on as many lines as you need",
+        "Action: the tool to call, exactly one of [calculator]",
+        "Action Input:",
+        "Observation:",
+        "Final Answer:",
+        "check a step of your working",
+        "not the whole question",
+        "never write an Observation yourself",
+        "write your working as the Thought and then the Final Answer directly",
+        "Begin!",
+    ],
+    "zh": [
+        "你可以使用以下工具：",
+        "calculator: 调用此工具",
+        "Question:",
+        "Thought:",
+        "需要几行就写几行",
+        "Action: 要调用的工具，必须是 [calculator] 之一",
+        "Action Input:",
+        "Observation:",
+        "Final Answer:",
+        "核对解题中的某一步",
+        "而不是整个问题",
+        "不要自己编写 Observation",
+        "把解题过程写在 Thought 中，然后直接给出 Final Answer",
+        "开始！",
+    ],
 }
 
 
@@ -202,8 +239,10 @@ def test_the_react_prompt_says_what_it_must_in_each_language(lang):
     prompt = build_system_prompt([Calculator()], lang)
     missing = [words for words in MUST_SAY[lang] if words not in prompt]
     assert not missing, missing
-    labels = [prompt.index(f"\n{label}:") for label in ("Question", "Thought", "Action", "Action Input",
-                                                         "Observation", "Final Answer")]
+    labels = [
+        prompt.index(f"\n{label}:")
+        for label in ("Question", "Thought", "Action", "Action Input", "Observation", "Final Answer")
+    ]
     assert labels == sorted(labels)  # the format's lines in the order a run writes them
     assert prompt.endswith(MUST_SAY[lang][-1]) and "RECHECK" not in prompt
     assert RECHECK[lang] and ("Thought" in RECHECK[lang] and "Final Answer" in RECHECK[lang])
@@ -222,22 +261,38 @@ def test_multi_step_examples_check_each_step_with_the_tool(lang):
 
 # --- what the reader makes of copied placeholders ---------------------------------------------------
 
-@pytest.mark.parametrize("reply,kind,action,arguments", [
-    ('Thought: x\nAction: {"expression": "1/4 + 1/2"}\nAction Input: {"expression": "..."}', "action",
-     "calculator", {"expression": "1/4 + 1/2"}),
-    ('Thought: x\nAction: {"expression": "2 + 2"}', "action", "calculator", {"expression": "2 + 2"}),
-    ('Thought: x\nAction: {"expression": "2 + 2"}\nAction Input: {"expression": "3 * 3"}', "action", "calculator",
-     {"expression": "3 * 3"}),
-    ('Action: {"city": "Paris"}\nAction Input: {"city": "Paris"}', "unknown_tool", None, None),
-    ('Action: calculator\nAction Input: {"expression": "..."}', "bad_input", "calculator", None),
-    ("Thought: I now know the final answer\nFinal Answer: <the answer>", "malformed", None, None),
-    ("Final Answer: <your answer>", "malformed", None, None),
-    ("Final Answer: 42 apples", "final_answer", None, None),
-    # a phrase of the format copied onto the Action line: the tool whose parameters the input has
-    ('Thought: x\nAction: the tool\'s name\nAction Input: {"expression": "2 + 2"}', "action", "calculator",
-     {"expression": "2 + 2"}),
-    ('Action: weather\nAction Input: {"expression": "2 + 2"}', "unknown_tool", None, None),  # a name stays one
-])
+
+@pytest.mark.parametrize(
+    "reply,kind,action,arguments",
+    [
+        (
+            'Thought: x\nAction: {"expression": "1/4 + 1/2"}\nAction Input: {"expression": "..."}',
+            "action",
+            "calculator",
+            {"expression": "1/4 + 1/2"},
+        ),
+        ('Thought: x\nAction: {"expression": "2 + 2"}', "action", "calculator", {"expression": "2 + 2"}),
+        (
+            'Thought: x\nAction: {"expression": "2 + 2"}\nAction Input: {"expression": "3 * 3"}',
+            "action",
+            "calculator",
+            {"expression": "3 * 3"},
+        ),
+        ('Action: {"city": "Paris"}\nAction Input: {"city": "Paris"}', "unknown_tool", None, None),
+        ('Action: calculator\nAction Input: {"expression": "..."}', "bad_input", "calculator", None),
+        ("Thought: I now know the final answer\nFinal Answer: <the answer>", "malformed", None, None),
+        ("Final Answer: <your answer>", "malformed", None, None),
+        ("Final Answer: 42 apples", "final_answer", None, None),
+        # a phrase of the format copied onto the Action line: the tool whose parameters the input has
+        (
+            'Thought: x\nAction: the tool\'s name\nAction Input: {"expression": "2 + 2"}',
+            "action",
+            "calculator",
+            {"expression": "2 + 2"},
+        ),
+        ('Action: weather\nAction Input: {"expression": "2 + 2"}', "unknown_tool", None, None),  # a name stays one
+    ],
+)
 def test_the_arguments_on_the_action_line_and_copied_placeholders(reply, kind, action, arguments):
     reading = read_step(reply, [Calculator()])
     assert reading.kind == kind
@@ -254,7 +309,10 @@ def test_an_answer_that_only_repeats_the_last_result_is_sent_back_with_recheck_r
     agent, model = raw([first, "Final Answer: 12", CALC, "Final Answer: 13"], recheck="results")
     result = agent.run("Ann has 3 bags of 4 apples and finds one more. How many?")
     assert [s.kind for s in result.steps] == ["action", "recheck", "action", "final_answer"]
-    assert result.steps[1].observation == shipped().fill("react.recheck_result", "en", result="12") and result.answer == "13"
+    assert (
+        result.steps[1].observation == shipped().fill("react.recheck_result", "en", result="12")
+        and result.answer == "13"
+    )
     agent, _ = raw([first, "Final Answer: 12"])  # the default checks only answers after a failed call
     assert [s.kind for s in agent.run("?").steps] == ["action", "final_answer"]
     agent, _ = raw([first, "Final Answer: about a dozen"], recheck="results")  # not the result: taken
@@ -287,8 +345,11 @@ def test_working_first_asks_the_question_as_the_model_alone_then_offers_the_tool
     DirectAnswer(alone).run(QUESTION)
     assert model.calls[0]["messages"] == alone.calls[0]["messages"] == direct_messages(QUESTION, "en")
     check = build_check_prompt([Calculator()], "en", "13")
-    assert model.calls[1]["messages"] == [*direct_messages(QUESTION, "en"), {"role": "assistant", "content": ALONE},
-                                          {"role": "user", "content": check}]
+    assert model.calls[1]["messages"] == [
+        *direct_messages(QUESTION, "en"),
+        {"role": "assistant", "content": ALONE},
+        {"role": "user", "content": check},
+    ]
     assert [s.kind for s in result.steps] == ["working", "final_answer"] and result.answer == "13"
     assert result.steps[0].kind in VALID_KINDS and result.steps[0].observation == check
     assert result.stop_reason == "final_answer" and result.generate_calls == 2
@@ -328,12 +389,17 @@ def test_working_first_keeps_the_conversation_and_is_refused_with_the_tools_prot
     agent = Agent(model, tools=[Calculator()], protocol=ReAct(working_first=True))
     agent.chat(QUESTION)
     agent.chat("And with one more?")
-    assert model.calls[2]["messages"] == [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": "13"},
-                                          *direct_messages("And with one more?", "en")]
+    assert model.calls[2]["messages"] == [
+        {"role": "user", "content": QUESTION},
+        {"role": "assistant", "content": "13"},
+        *direct_messages("And with one more?", "en"),
+    ]
     with pytest.raises(TypeError):
         Tools(working_first=True)  # the working first is ReAct's: it cannot be written for the tools protocol
     with pytest.raises(ConfigError, match="agent.working_first: a setting of another protocol than tools"):
-        build_protocol(load_config(overrides={"agent.protocol": "tools", "agent.working_first": True}), ScriptedModel([]))
+        build_protocol(
+            load_config(overrides={"agent.protocol": "tools", "agent.working_first": True}), ScriptedModel([])
+        )
 
 
 def test_the_working_is_decoded_free_when_the_steps_are_constrained():
@@ -344,13 +410,30 @@ def test_the_working_is_decoded_free_when_the_steps_are_constrained():
 
 
 CHECK_MUST_SAY = {
-    "en": ["Your working's answer is 13.", "check a step of your working, or a fact it uses",
-           'calculator: Evaluates an arithmetic expression', 'Action Input: {"expression": "..."}',
-           "wait for the Observation", "Thought: the step I check", "Action: one of [calculator]", "Action Input: the tool's arguments",
-           "Thought: My working is right.", "Final Answer: 13"],
-    "zh": ["你的解题过程得出的答案是 13。", "核对解题中的某一步，或它用到的某个事实", "calculator: 精确计算",
-           'Action Input: {"expression": "..."}', "等待 Observation", "Thought: 我要核对的那一步", "Action: [calculator] 之一",
-           "Action Input: 工具的参数", "Thought: 我的解题过程是对的。", "Final Answer: 13"],
+    "en": [
+        "Your working's answer is 13.",
+        "check a step of your working, or a fact it uses",
+        'calculator: Evaluates an arithmetic expression',
+        'Action Input: {"expression": "..."}',
+        "wait for the Observation",
+        "Thought: the step I check",
+        "Action: one of [calculator]",
+        "Action Input: the tool's arguments",
+        "Thought: My working is right.",
+        "Final Answer: 13",
+    ],
+    "zh": [
+        "你的解题过程得出的答案是 13。",
+        "核对解题中的某一步，或它用到的某个事实",
+        "calculator: 精确计算",
+        'Action Input: {"expression": "..."}',
+        "等待 Observation",
+        "Thought: 我要核对的那一步",
+        "Action: [calculator] 之一",
+        "Action Input: 工具的参数",
+        "Thought: 我的解题过程是对的。",
+        "Final Answer: 13",
+    ],
 }
 
 
@@ -366,31 +449,39 @@ def test_the_check_prompt_says_what_it_must_in_each_language(lang):
     assert "13" not in none and none.count("Final Answer:") == 1 and "Action: " in none
 
 
-@pytest.mark.parametrize("reply,answer", [
-    ("so 12 + 1 = 13.\nThe answer is 13.", "13"),
-    ("Therefore she has \\boxed{13} apples.", "13"),
-    ("half of it: \\(\\boxed{\\frac{1}{2}}\\)", "\\frac{1}{2}"),
-    ("first \\boxed{12}, then \\boxed{13}", "13"),
-    ("The answer is 12.\nso \\boxed{13}", "12"),  # an answer line, written as asked, comes first
-    ("3 * 4 = 12, then 12 + 1.", None),
-    ("\\boxed{}", None),
-    ("The answer is \\boxed{1024}.", "1024"),            # as people read it: no LaTeX around it
-    ("Therefore, the answer is \\(\\boxed{28}\\).", "28"),
-    ("The answer is \\boxed{18} liters.", "18 liters"),
-    ("Therefore, the answer is X = 1994.", "1994"),      # the prompt's placeholder copied
-    ("The answer is X: Apple Remote.", "Apple Remote"),
-    ("The answer is $200.", "$200"),                      # a currency sign stays
-    ("The answer is $\\boxed{18}$.", "18"),
-])
+@pytest.mark.parametrize(
+    "reply,answer",
+    [
+        ("so 12 + 1 = 13.\nThe answer is 13.", "13"),
+        ("Therefore she has \\boxed{13} apples.", "13"),
+        ("half of it: \\(\\boxed{\\frac{1}{2}}\\)", "\\frac{1}{2}"),
+        ("first \\boxed{12}, then \\boxed{13}", "13"),
+        ("The answer is 12.\nso \\boxed{13}", "12"),  # an answer line, written as asked, comes first
+        ("3 * 4 = 12, then 12 + 1.", None),
+        ("\\boxed{}", None),
+        ("The answer is \\boxed{1024}.", "1024"),  # as people read it: no LaTeX around it
+        ("Therefore, the answer is \\(\\boxed{28}\\).", "28"),
+        ("The answer is \\boxed{18} liters.", "18 liters"),
+        ("Therefore, the answer is X = 1994.", "1994"),  # the prompt's placeholder copied
+        ("The answer is X: Apple Remote.", "Apple Remote"),
+        ("The answer is $200.", "$200"),  # a currency sign stays
+        ("The answer is $\\boxed{18}$.", "18"),
+    ],
+)
 def test_the_answer_a_working_ends_on(reply, answer):
     assert working_answer(reply) == answer
 
 
-@pytest.mark.parametrize("question", ["Ann has 3 bags of 4 apples and finds one more. How many?",
-                                      "小明有3袋苹果，每袋4个，又捡到1个。一共有几个？"])
+@pytest.mark.parametrize(
+    "question",
+    ["Ann has 3 bags of 4 apples and finds one more. How many?", "小明有3袋苹果，每袋4个，又捡到1个。一共有几个？"],
+)
 def test_working_first_prompts_only_grow_on_a_real_chat_template(tiny_llama_dir, question):
-    replies = ["3 * 4 = 12 and 12 + 1 = 13.\nThe answer is 13.", "Thought: check it\n" + CALC,
-               "Thought: it is 13\nFinal Answer: 13"]
+    replies = [
+        "3 * 4 = 12 and 12 + 1 = 13.\nThe answer is 13.",
+        "Thought: check it\n" + CALC,
+        "Thought: it is 13\nFinal Answer: 13",
+    ]
     result = run_on_real_template(tiny_llama_dir, replies, question, ReAct(working_first=True))
     assert [s.kind for s in result.steps] == ["working", "action", "final_answer"]
 
@@ -404,10 +495,13 @@ def test_people_see_the_working_but_not_the_request_to_check_it():
     assert observation_line(call) == "Observation: 13"
 
 
-@pytest.mark.parametrize("first,kinds", [
-    ("Thought: I compute it.\n" + CALC, ["action", "final_answer"]),  # a call in the first reply runs
-    ("Thought: easy.\nFinal Answer: 13", ["final_answer"]),            # an answer in the first reply stands
-])
+@pytest.mark.parametrize(
+    "first,kinds",
+    [
+        ("Thought: I compute it.\n" + CALC, ["action", "final_answer"]),  # a call in the first reply runs
+        ("Thought: easy.\nFinal Answer: 13", ["final_answer"]),  # an answer in the first reply stands
+    ],
+)
 def test_a_first_reply_that_is_already_a_react_step_is_acted_on(first, kinds):
     model = ScriptedModel([first, "Thought: done\nFinal Answer: 13"])
     result = Agent(model, tools=[Calculator()], protocol=ReAct(working_first=True)).run(QUESTION)

@@ -1,5 +1,6 @@
 """Chat templates that take `tools=`, as the families' instruct models ship them (the parts about tools kept
 whole: where the tools go, how a call and a result are written), for tiny models built in the tests."""
+
 from __future__ import annotations
 
 # Qwen2.5-Instruct's template, as in the tokenizer.chat_template of Qwen2.5-Coder-0.5B-Instruct's GGUF file.
@@ -64,7 +65,8 @@ QWEN25 = """{%- if tools %}
 QWEN3_DROPS_THINKING = QWEN25.replace(
     "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}",
     "{%- set content = message.content.split('</think>')[-1].lstrip('\\n') if message.role == 'assistant' "
-    "else message.content %}{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>' + '\\n' }}")
+    "else message.content %}{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>' + '\\n' }}",
+)
 
 # Llama 3.1 / 3.2 Instruct: tools as JSON in the first user message, the call a bare JSON object with
 # "parameters", results in the ipython role; every message's content trimmed.

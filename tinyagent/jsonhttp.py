@@ -6,6 +6,7 @@ server that trickles bytes forever. A redirect to another host, port or scheme d
 but the harmless ones (requests itself drops only Authorization: a key in X-API-KEY went along).
 Error messages name the URL and the reason, never request headers (where API keys live).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,8 +31,9 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 #: Bytes asked of the connection at a time: a chunked stream still arrives chunk by chunk.
 READ_BYTES = 16 * 1024
 #: Headers a redirect to another host keeps; every other header the caller set (keys) is dropped.
-REDIRECT_SAFE_HEADERS = frozenset({"accept", "accept-encoding", "content-type", "content-length", "user-agent",
-                                   "connection"})
+REDIRECT_SAFE_HEADERS = frozenset(
+    {"accept", "accept-encoding", "content-type", "content-length", "user-agent", "connection"}
+)
 MAX_REDIRECTS = 5
 
 
@@ -75,8 +77,9 @@ class Deadline:
         return self._end is not None and time.monotonic() >= self._end
 
     def failure(self, url: str) -> RequestFailed:
-        return RequestFailed(f"{url} gave no complete answer within {self.seconds:g}s (the call's deadline)",
-                             retryable=True)
+        return RequestFailed(
+            f"{url} gave no complete answer within {self.seconds:g}s (the call's deadline)", retryable=True
+        )
 
     @contextlib.contextmanager
     def watching(self, response: requests.Response) -> Iterator[None]:
@@ -151,13 +154,19 @@ def post_json(
         raise deadline.failure(url)
     raise RequestFailed(
         f"request to {url} failed after {attempts} attempt{'s' * (attempts > 1)}: {reason}",
-        status=status, retryable=True,
+        status=status,
+        retryable=True,
     )
 
 
-def body_chunks(response: requests.Response, url: str, max_bytes: int = MAX_BODY_BYTES,
-                deadline: Deadline | None = None, timeout: float | None = None,
-                broke: Callable[[str], str] | None = None) -> Iterator[bytes]:
+def body_chunks(
+    response: requests.Response,
+    url: str,
+    max_bytes: int = MAX_BODY_BYTES,
+    deadline: Deadline | None = None,
+    timeout: float | None = None,
+    broke: Callable[[str], str] | None = None,
+) -> Iterator[bytes]:
     """The body piece by piece as it arrives; RequestFailed past `max_bytes`, the deadline, or a broken
     read (its message `broke(reason)`, by default naming the bytes that came; `timeout` is named in it)."""
     deadline = deadline or Deadline(None)
@@ -178,8 +187,11 @@ def body_chunks(response: requests.Response, url: str, max_bytes: int = MAX_BODY
             if deadline.expired():
                 raise deadline.failure(url) from None
             timed_out = isinstance(e, requests.Timeout) or "timed out" in str(e)
-            reason = (f"no data for {timeout:g}s (timeout)" if timeout else "no data in time (timeout)"
-                      ) if timed_out else type(e).__name__
+            reason = (
+                (f"no data for {timeout:g}s (timeout)" if timeout else "no data in time (timeout)")
+                if timed_out
+                else type(e).__name__
+            )
             message = broke(reason) if broke else f"the answer from {url} broke off after {size} bytes: {reason}"
             raise RequestFailed(message, retryable=True) from None
     if deadline.expired():  # the watchdog ended the read: the body is cut short
@@ -187,12 +199,14 @@ def body_chunks(response: requests.Response, url: str, max_bytes: int = MAX_BODY
 
 
 def _too_long(url: str, max_bytes: int, status: int | None) -> RequestFailed:
-    return RequestFailed(f"{url} sent an answer over {max_bytes} bytes (the limit); it was not read further",
-                         status=status)
+    return RequestFailed(
+        f"{url} sent an answer over {max_bytes} bytes (the limit); it was not read further", status=status
+    )
 
 
-def json_body(response: requests.Response, url: str, max_bytes: int = MAX_BODY_BYTES,
-              deadline: Deadline | None = None) -> dict:
+def json_body(
+    response: requests.Response, url: str, max_bytes: int = MAX_BODY_BYTES, deadline: Deadline | None = None
+) -> dict:
     """The response body as a JSON object, or RequestFailed saying what came back instead."""
     data = b"".join(body_chunks(response, url, max_bytes, deadline))
     try:

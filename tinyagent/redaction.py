@@ -7,6 +7,7 @@ we write, and strips any URL's credentials (`//user:pass@`, `?api-key=...`) even
 log records of every `tinyagent.*` logger are redacted as they are made (see `RedactingFilter`),
 so a library user's own handlers never see a key either.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -94,8 +95,12 @@ def strip_url_credentials(text: str) -> str:
     if "://" in text and "@" in text:
         text = _USERINFO.sub(REDACTED + "@", text)
     if "=" in text:
-        text = _QUERY_VALUE.sub(lambda m: f"{m.group(1)}={REDACTED}" if key_like(unquote(m.group(1)))
-                                and m.group(2) != REDACTED else m.group(0), text)
+        text = _QUERY_VALUE.sub(
+            lambda m: (
+                f"{m.group(1)}={REDACTED}" if key_like(unquote(m.group(1))) and m.group(2) != REDACTED else m.group(0)
+            ),
+            text,
+        )
     return text
 
 
@@ -135,6 +140,7 @@ def register_args(args: Sequence[str], secret_flags: Iterable[str] = ()) -> None
 
 
 # --- logging -----------------------------------------------------------------------------------
+
 
 class RedactingFilter(logging.Filter):
     """Redacts a log record in place: its message, its arguments, its traceback and stack text.

@@ -9,6 +9,7 @@ server, and one model instance is shared safely. Each question gets a fresh Agen
 caller's context variables, so what the caller set (an OpenTelemetry span, above all) is the parent
 of what the run records, as if it ran in the caller's thread.
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -68,8 +69,10 @@ def run_many(
     cancel = threading.Event()
     pool = ThreadPoolExecutor(max_workers=min(int(concurrency), len(items)), thread_name_prefix="tinyagent")
     try:
-        order = {pool.submit(contextvars.copy_context().run, _run_one, agent_factory, item, cancel): item.index
-                 for item in items}
+        order = {
+            pool.submit(contextvars.copy_context().run, _run_one, agent_factory, item, cancel): item.index
+            for item in items
+        }
         pending: set[Future] = set(order)
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -122,11 +125,13 @@ def _stop_when(cancel: threading.Event, agent: Agent) -> Callable:
             on_step(step)
         if cancel.is_set() and step.final_answer is None:
             agent.stop()
+
     return step_done
 
 
-def _report_done(done: set[Future], order: dict[Future, int], on_done: Callable[[RunItem], None] | None
-                 ) -> BaseException | None:
+def _report_done(
+    done: set[Future], order: dict[Future, int], on_done: Callable[[RunItem], None] | None
+) -> BaseException | None:
     """Report the finished runs in question order; the first KeyboardInterrupt / SystemExit a run
     raised, if any (a cancelled run is not reported)."""
     interrupt = None

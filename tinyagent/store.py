@@ -15,6 +15,7 @@ mid-write loses at most that turn, never the file; several processes and threads
 (SQLite's locking, WAL journal). Text is stored redacted, as traces are. The file records its format
 (`PRAGMA user_version`); a file from a newer tinyagent, or one that is not a store, is refused with one line.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,11 +33,11 @@ from .agent.results import AgentResult, Step, StopReason
 from .redaction import redact
 from .traces import to_jsonable
 
-FORMAT = 1                    # the file format this version writes (PRAGMA user_version)
-APPLICATION_ID = 0x54416753   # "TAgS": marks the file as a tinyagent store (PRAGMA application_id)
+FORMAT = 1  # the file format this version writes (PRAGMA user_version)
+APPLICATION_ID = 0x54416753  # "TAgS": marks the file as a tinyagent store (PRAGMA application_id)
 FILE_NAME = "conversations.sqlite3"
-DATA_ENV = "TINYAGENT_DATA"   # a folder that replaces the data directory
-BUSY_SECONDS = 30.0           # how long a write waits for another writer's lock before it fails
+DATA_ENV = "TINYAGENT_DATA"  # a folder that replaces the data directory
+BUSY_SECONDS = 30.0  # how long a write waits for another writer's lock before it fails
 MAX_NAME_CHARS = 200
 
 _SCHEMA = """
@@ -81,8 +82,16 @@ class Turn:
             stop_reason = StopReason(self.stop_reason) if self.stop_reason else ""
         except ValueError:  # a newer version's reason
             stop_reason = ""
-        return AgentResult(**{**known, "question": self.question, "answer": self.answer, "steps": list(self.steps),
-                              "stop_reason": stop_reason, "lang": self.lang})
+        return AgentResult(
+            **{
+                **known,
+                "question": self.question,
+                "answer": self.answer,
+                "steps": list(self.steps),
+                "stop_reason": stop_reason,
+                "lang": self.lang,
+            }
+        )
 
 
 @dataclass
@@ -174,8 +183,11 @@ class SQLiteStore:
 
     def load(self, name: str, owner: str = "") -> list[tuple[str, str]]:
         with self._connection() as db:
-            rows = db.execute("SELECT t.question, t.answer FROM turns t JOIN conversations c ON t.conversation = "
-                              "c.id WHERE c.owner = ? AND c.name = ? ORDER BY t.position", (owner, name)).fetchall()
+            rows = db.execute(
+                "SELECT t.question, t.answer FROM turns t JOIN conversations c ON t.conversation = "
+                "c.id WHERE c.owner = ? AND c.name = ? ORDER BY t.position",
+                (owner, name),
+            ).fetchall()
         return [(q, a) for q, a in rows]
 
     def append(self, name: str, question: str, result: AgentResult | str, owner: str = "") -> None:
@@ -188,40 +200,75 @@ class SQLiteStore:
         record.pop("question")
         now = time.time()
         with self._connection() as db, _writing(db):
-            db.execute("INSERT INTO conversations (owner, name, created, updated) VALUES (?, ?, ?, ?) "
-                       "ON CONFLICT (owner, name) DO UPDATE SET updated = excluded.updated", (owner, name, now, now))
-            (conversation,) = db.execute("SELECT id FROM conversations WHERE owner = ? AND name = ?",
-                                         (owner, name)).fetchone()
-            (position,) = db.execute("SELECT COALESCE(MAX(position) + 1, 0) FROM turns WHERE conversation = ?",
-                                     (conversation,)).fetchone()
-            turn = db.execute("INSERT INTO turns (conversation, position, question, answer, stop_reason, lang, "
-                              "created, result) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                              (conversation, position, redact(question), answer, stop_reason or "", lang, now,
-                               json.dumps(record, ensure_ascii=False))).lastrowid
-            db.executemany("INSERT INTO steps (turn, position, kind, data) VALUES (?, ?, ?, ?)",
-                           [(turn, i, step.get("kind") or "", json.dumps(step, ensure_ascii=False))
-                            for i, step in enumerate(steps)])
+            db.execute(
+                "INSERT INTO conversations (owner, name, created, updated) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (owner, name) DO UPDATE SET updated = excluded.updated",
+                (owner, name, now, now),
+            )
+            (conversation,) = db.execute(
+                "SELECT id FROM conversations WHERE owner = ? AND name = ?", (owner, name)
+            ).fetchone()
+            (position,) = db.execute(
+                "SELECT COALESCE(MAX(position) + 1, 0) FROM turns WHERE conversation = ?", (conversation,)
+            ).fetchone()
+            turn = db.execute(
+                "INSERT INTO turns (conversation, position, question, answer, stop_reason, lang, "
+                "created, result) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    conversation,
+                    position,
+                    redact(question),
+                    answer,
+                    stop_reason or "",
+                    lang,
+                    now,
+                    json.dumps(record, ensure_ascii=False),
+                ),
+            ).lastrowid
+            db.executemany(
+                "INSERT INTO steps (turn, position, kind, data) VALUES (?, ?, ?, ?)",
+                [
+                    (turn, i, step.get("kind") or "", json.dumps(step, ensure_ascii=False))
+                    for i, step in enumerate(steps)
+                ],
+            )
 
     def turns(self, name: str, owner: str = "") -> list[Turn]:
         with self._connection() as db:
-            rows = db.execute("SELECT t.id, t.question, t.answer, t.stop_reason, t.lang, t.created, t.result "
-                              "FROM turns t JOIN conversations c ON t.conversation = c.id "
-                              "WHERE c.owner = ? AND c.name = ? ORDER BY t.position", (owner, name)).fetchall()
+            rows = db.execute(
+                "SELECT t.id, t.question, t.answer, t.stop_reason, t.lang, t.created, t.result "
+                "FROM turns t JOIN conversations c ON t.conversation = c.id "
+                "WHERE c.owner = ? AND c.name = ? ORDER BY t.position",
+                (owner, name),
+            ).fetchall()
             steps: dict[int, list[Step]] = {}
             for turn, data in db.execute(
-                    "SELECT s.turn, s.data FROM steps s JOIN turns t ON s.turn = t.id JOIN conversations c "
-                    "ON t.conversation = c.id WHERE c.owner = ? AND c.name = ? ORDER BY s.turn, s.position",
-                    (owner, name)):
+                "SELECT s.turn, s.data FROM steps s JOIN turns t ON s.turn = t.id JOIN conversations c "
+                "ON t.conversation = c.id WHERE c.owner = ? AND c.name = ? ORDER BY s.turn, s.position",
+                (owner, name),
+            ):
                 steps.setdefault(turn, []).append(_step(json.loads(data)))
-        return [Turn(question=q, answer=a, stop_reason=reason, lang=lang, created=created,
-                     steps=steps.get(turn, []), details=json.loads(details))
-                for turn, q, a, reason, lang, created, details in rows]
+        return [
+            Turn(
+                question=q,
+                answer=a,
+                stop_reason=reason,
+                lang=lang,
+                created=created,
+                steps=steps.get(turn, []),
+                details=json.loads(details),
+            )
+            for turn, q, a, reason, lang, created, details in rows
+        ]
 
     def conversations(self, owner: str = "") -> list[Conversation]:
         with self._connection() as db:
-            rows = db.execute("SELECT c.name, COUNT(t.id), c.created, c.updated FROM conversations c LEFT JOIN "
-                              "turns t ON t.conversation = c.id WHERE c.owner = ? GROUP BY c.id "
-                              "ORDER BY c.updated DESC, c.id DESC", (owner,)).fetchall()
+            rows = db.execute(
+                "SELECT c.name, COUNT(t.id), c.created, c.updated FROM conversations c LEFT JOIN "
+                "turns t ON t.conversation = c.id WHERE c.owner = ? GROUP BY c.id "
+                "ORDER BY c.updated DESC, c.id DESC",
+                (owner,),
+            ).fetchall()
         return [Conversation(*row) for row in rows]
 
     def forget(self, name: str, owner: str = "") -> bool:
@@ -262,8 +309,10 @@ class SQLiteStore:
         except OSError as e:
             raise StoreError(f"conversation store {self.path}: cannot create it ({e.strerror or e})") from None
         with closing(self._connect()) as db, _writing(db):
-            (version,), (app,) = db.execute("PRAGMA user_version").fetchone(), db.execute(
-                "PRAGMA application_id").fetchone()
+            (version,), (app,) = (
+                db.execute("PRAGMA user_version").fetchone(),
+                db.execute("PRAGMA application_id").fetchone(),
+            )
             tables = db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]
             if version == 0 and app == 0 and tables == 0:  # a new file
                 for statement in filter(str.strip, _SCHEMA.split(";")):
@@ -271,11 +320,15 @@ class SQLiteStore:
                 db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 db.execute(f"PRAGMA user_version = {FORMAT}")
             elif app != APPLICATION_ID:
-                raise StoreError(f"conversation store {self.path}: not a tinyagent conversation store (another "
-                                 "program's SQLite file); choose another file")
+                raise StoreError(
+                    f"conversation store {self.path}: not a tinyagent conversation store (another "
+                    "program's SQLite file); choose another file"
+                )
             elif version > FORMAT:
-                raise StoreError(f"conversation store {self.path}: written by a newer tinyagent (format {version}; "
-                                 f"this version reads format {FORMAT}): upgrade tinyagent, or choose another file")
+                raise StoreError(
+                    f"conversation store {self.path}: written by a newer tinyagent (format {version}; "
+                    f"this version reads format {FORMAT}): upgrade tinyagent, or choose another file"
+                )
         db = self._connect()
         try:
             db.execute("PRAGMA journal_mode = WAL")  # readers and one writer at once; set once, kept in the file

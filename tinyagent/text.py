@@ -1,5 +1,6 @@
 """Text helpers every layer uses: reasoning blocks, stop strings, the question's language, one-line
 errors and clipping. A leaf: it imports nothing of the project but the redaction in `secrets`."""
+
 from __future__ import annotations
 
 import logging
@@ -45,6 +46,7 @@ def mask_thinking(text: str) -> str:
 
 
 # --- stop strings ---------------------------------------------------------------------------------
+
 
 def stop_index(text: str, stop: Iterable[str] | None) -> int | None:
     """Where the earliest stop string in `text` begins, or None.
@@ -122,7 +124,7 @@ class StopHoldback:
 
     def _send(self, text: str) -> None:
         if len(text) > len(self.sent) and text.startswith(self.sent):
-            chunk, self.sent = text[len(self.sent):], text
+            chunk, self.sent = text[len(self.sent) :], text
             self.on_text(chunk)
 
 
@@ -178,8 +180,7 @@ def clip(text: str, limit: int, mark: str = "…") -> str:
     return text if len(text) <= limit else text[: max(0, limit - len(mark))] + mark
 
 
-def one_line(error: BaseException, limit: int | None = LINE_LIMIT, with_type: bool = True,
-             whole: bool = False) -> str:
+def one_line(error: BaseException, limit: int | None = LINE_LIMIT, with_type: bool = True, whole: bool = False) -> str:
     """What a person is shown of an error: `Type: first line of its message` (`whole`: all its lines
     joined), redacted before it is cut to `limit` characters (so no part of a secret survives the cut;
     None: not cut). Never a traceback."""

@@ -1,5 +1,6 @@
 """JSON records of runs: dataclasses as plain JSON values, one redacted line each, and the JSONL trace
 writer the CLI, the eval harness and the demo append to."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -8,6 +8,7 @@ with `build_system_input`, answered with `text_completion`, and called its model
     agent = TutorialAgent(Agent(model, tools))
     answer, history = agent.text_completion("Which year was Jay Chou born?")
 """
+
 from __future__ import annotations
 
 from .agent import Agent

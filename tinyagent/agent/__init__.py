@@ -12,6 +12,7 @@
 - baselines.py: `DirectAnswer`, the model alone with one plain prompt (the eval's baseline).
 - hooks.py, approval.py, telemetry.py: code around each run, model call and tool call.
 """
+
 from ..format.kinds import StepKind
 from .baselines import DirectAnswer
 from .loop import Agent

@@ -4,6 +4,7 @@
 An answer that does not fit is sent back once with what is wrong (data/prompts/common.yaml `answer_schema`);
 on a model with constrained decoding the answer is decoded within the schema (`format.step_format`).
 """
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,9 @@ class AnswerSchema:
         if isinstance(spec, type) and hasattr(spec, "model_json_schema") and hasattr(spec, "model_validate"):
             return cls(spec.model_json_schema(), spec)
         if not isinstance(spec, dict):
-            raise TypeError(f"answer_schema must be a JSON Schema (a dict) or a pydantic model, not {type(spec).__name__}")
+            raise TypeError(
+                f"answer_schema must be a JSON Schema (a dict) or a pydantic model, not {type(spec).__name__}"
+            )
         from jsonschema import SchemaError, validators  # imported with the first schema: `import tinyagent` stays fast
 
         try:
@@ -82,7 +85,7 @@ def json_value(text: str):
         pass
     fence = text.find("```")
     if fence >= 0:
-        body = text[fence + 3:].split("```", 1)[0]
+        body = text[fence + 3 :].split("```", 1)[0]
         body = body[4:] if body.startswith("json") else body
         try:
             return json.loads(body)
@@ -92,7 +95,7 @@ def json_value(text: str):
     if starts:
         import json_repair
 
-        value = json_repair.loads(text[min(starts):])
-        if value not in ("", None) or text[min(starts):].strip() in ("null", '""'):
+        value = json_repair.loads(text[min(starts) :])
+        if value not in ("", None) or text[min(starts) :].strip() in ("null", '""'):
             return value
     raise AnswerError("the answer is not JSON")

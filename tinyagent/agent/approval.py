@@ -7,6 +7,7 @@ of this tool from now on (for this Agent's life), edit (new arguments, checked l
 when they do not fit, `ask` is asked again with the problem), or refuse with a reason the model
 reads as its observation. A refused call is a step of kind "refused", an edited one "edited".
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -23,9 +24,9 @@ DEFAULT_EDIT_ROUNDS = 3
 
 
 class Policy(StrEnum):
-    ASK = "ask"          # ask before each call (until answered "always")
-    ALWAYS = "always"    # run without asking
-    NEVER = "never"      # refuse without asking
+    ASK = "ask"  # ask before each call (until answered "always")
+    ALWAYS = "always"  # run without asking
+    NEVER = "never"  # refuse without asking
 
 
 class Decision(StrEnum):
@@ -40,8 +41,8 @@ class Verdict:
     """An answer to an approval request; make one with `Verdict.run()`, `.always()`, `.edit(args)`, `.refuse(why)`."""
 
     decision: Decision
-    arguments: dict | str | None = None   # for edit: a dict, or JSON text as the model would write it
-    reason: str = ""                      # for refuse: what the model is told
+    arguments: dict | str | None = None  # for edit: a dict, or JSON text as the model would write it
+    reason: str = ""  # for refuse: what the model is told
 
     @classmethod
     def run(cls) -> Verdict:
@@ -86,14 +87,19 @@ class Approver(Hooks):
     a call to be asked about is refused, and the model is told that no one could approve it.
     """
 
-    def __init__(self, ask: Ask | None = None, policy: dict[str, str] | None = None, default: str = "ask",
-                 edit_rounds: int = DEFAULT_EDIT_ROUNDS):
+    def __init__(
+        self,
+        ask: Ask | None = None,
+        policy: dict[str, str] | None = None,
+        default: str = "ask",
+        edit_rounds: int = DEFAULT_EDIT_ROUNDS,
+    ):
         self.ask, self.default = ask, _policy(default, "default")
         self.policy = {name: _policy(value, name) for name, value in (policy or {}).items()}
         if isinstance(edit_rounds, bool) or not isinstance(edit_rounds, int) or edit_rounds < 1:
             raise ValueError(f"edit_rounds must be a whole number of at least 1, not {edit_rounds!r}")
         self.edit_rounds = edit_rounds
-        self.always: set[str] = set()   # tools answered "always"
+        self.always: set[str] = set()  # tools answered "always"
 
     def policy_for(self, name: str) -> Policy:
         return Policy.ALWAYS if name in self.always else self.policy.get(name, self.default)
@@ -112,8 +118,10 @@ class Approver(Hooks):
         for _ in range(self.edit_rounds):
             verdict = self.ask(ApprovalRequest(call.tool, call.arguments, call.step, call.run, problem))
             if not isinstance(verdict, Verdict):
-                raise TypeError(f"an approver must answer with a Verdict (Verdict.run(), .always(), .edit(arguments) "
-                                f"or .refuse(reason)), not {verdict!r}")
+                raise TypeError(
+                    f"an approver must answer with a Verdict (Verdict.run(), .always(), .edit(arguments) "
+                    f"or .refuse(reason)), not {verdict!r}"
+                )
             if verdict.decision == Decision.ALWAYS:
                 self.always.add(call.name)
             if verdict.decision in (Decision.RUN, Decision.ALWAYS):
@@ -151,5 +159,6 @@ def _policy(value: str, name: str) -> Policy:
     try:
         return Policy(value)
     except ValueError:
-        raise ValueError(f"approval policy for {name}: {value!r} is not one of "
-                         f"{', '.join(p.value for p in Policy)}") from None
+        raise ValueError(
+            f"approval policy for {name}: {value!r} is not one of {', '.join(p.value for p in Policy)}"
+        ) from None

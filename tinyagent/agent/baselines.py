@@ -5,6 +5,7 @@ retrieve-then-answer: the question itself searched once, the results in that pro
 `on_step`, `stop`), so `run_many` and the eval harness run and score them as they do the agent: they are
 the baselines an agent must beat.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,9 +21,9 @@ from ..text import lang_for, one_line
 from ..tools.search_tool import query_argument
 from ..tools.tool import Tool
 from . import tool_calls
+from .results import AgentResult, Step, StopReason
 from .shaping import Observations, shaped
 from .tool_calls import DEFAULT_TOOL_TIMEOUT
-from .results import AgentResult, Step, StopReason
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +36,9 @@ class DirectAnswer:
     model's generation settings (max_new_tokens, temperature, ...).
     """
 
-    def __init__(self, model: BaseModel, lang: str = "auto", on_step: Callable[[Step], None] | None = None,
-                 **generate_kwargs):
+    def __init__(
+        self, model: BaseModel, lang: str = "auto", on_step: Callable[[Step], None] | None = None, **generate_kwargs
+    ):
         if lang not in ("auto", "en", "zh"):
             raise ValueError(f"lang must be 'auto', 'en' or 'zh', not {lang!r}")
         check = getattr(model, "check_generation_options", None)
@@ -67,10 +69,17 @@ class DirectAnswer:
             text = reply.text.strip()
             answer = read_direct_answer(text)
             kind = StepKind.FINAL_ANSWER if answer else StepKind.NO_ACTION if text else StepKind.EMPTY
-            step = Step(index=index, text=text, kind=kind, final_answer=answer or text,
-                        error=None if answer else "no answer line" if text else "empty reply",
-                        prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
-                        cached_tokens=reply.cached_tokens, model_seconds=time.perf_counter() - started)
+            step = Step(
+                index=index,
+                text=text,
+                kind=kind,
+                final_answer=answer or text,
+                error=None if answer else "no answer line" if text else "empty reply",
+                prompt_tokens=reply.prompt_tokens,
+                completion_tokens=reply.completion_tokens,
+                cached_tokens=reply.cached_tokens,
+                model_seconds=time.perf_counter() - started,
+            )
             result.answer = step.final_answer
             reason = StopReason.FINAL_ANSWER if answer else StopReason.NO_ACTION
         self._add(result, step)
@@ -98,9 +107,16 @@ class RetrieveThenAnswer(DirectAnswer):
     included): the baseline is a fixed pipeline, not a model's choice.
     """
 
-    def __init__(self, model: BaseModel, search: Tool, lang: str = "auto", on_step: Callable[[Step], None] | None = None,
-                 max_passage_chars: int | None = Observations.max_chars,
-                 tool_timeout: float | None = DEFAULT_TOOL_TIMEOUT, **generate_kwargs):
+    def __init__(
+        self,
+        model: BaseModel,
+        search: Tool,
+        lang: str = "auto",
+        on_step: Callable[[Step], None] | None = None,
+        max_passage_chars: int | None = Observations.max_chars,
+        tool_timeout: float | None = DEFAULT_TOOL_TIMEOUT,
+        **generate_kwargs,
+    ):
         super().__init__(model, lang=lang, on_step=on_step, **generate_kwargs)
         self.search, self.argument = search, query_argument(search)
         self.max_passage_chars, self.tool_timeout = max_passage_chars, tool_timeout
@@ -110,8 +126,19 @@ class RetrieveThenAnswer(DirectAnswer):
         output, kind, error, seconds = tool_calls.run(self.search, arguments, self.tool_timeout)
         control = tuple(getattr(self.model, "control_tokens", ()) or ())
         passages = shaped(output, lang, control, self.max_passage_chars) if error is None else no_passages(error, lang)
-        self._add(result, Step(index=0, text="", kind=kind, action=self.search.name_for_model,
-                               action_input=json.dumps(arguments, ensure_ascii=False), arguments=arguments,
-                               observation=passages, raw_observation=output if output != passages else None,
-                               error=error, tool_seconds=seconds))
+        self._add(
+            result,
+            Step(
+                index=0,
+                text="",
+                kind=kind,
+                action=self.search.name_for_model,
+                action_input=json.dumps(arguments, ensure_ascii=False),
+                arguments=arguments,
+                observation=passages,
+                raw_observation=output if output != passages else None,
+                error=error,
+                tool_seconds=seconds,
+            ),
+        )
         return retrieval_messages(question, passages, lang)

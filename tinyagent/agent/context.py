@@ -1,16 +1,12 @@
 """Keep every prompt inside the model's context window, shortening it deterministically."""
+
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 
 from ..format.messages import prompt_messages
-from ..format.observations import (
-    HISTORY_MARK,
-    HISTORY_MARK_RE,
-    OBSERVATION_MARK,
-    QUESTION_MARK,
-)
+from ..format.observations import HISTORY_MARK, HISTORY_MARK_RE, OBSERVATION_MARK, QUESTION_MARK
 
 MIN_OBSERVATION_CHARS = 200
 MIN_QUESTION_CHARS = 200
@@ -32,12 +28,16 @@ def prompt_budget(model, kwargs: dict) -> int | None:
     window = getattr(model, "context_window", None)
     if not window:
         return None
-    return window - (kwargs.get("max_new_tokens") or getattr(model, "generation_defaults", {}).get("max_new_tokens")
-                     or DEFAULT_REPLY_ROOM)
+    return window - (
+        kwargs.get("max_new_tokens")
+        or getattr(model, "generation_defaults", {}).get("max_new_tokens")
+        or DEFAULT_REPLY_ROOM
+    )
 
 
-def fit_prompt(messages: list[dict], steps, suffix: str, model, kwargs: dict, lang: str,
-               render: Callable = prompt_messages) -> list[str]:
+def fit_prompt(
+    messages: list[dict], steps, suffix: str, model, kwargs: dict, lang: str, render: Callable = prompt_messages
+) -> list[str]:
     """`fit` to the model's window less the reply's room (nothing when the window is unknown); notes logged.
     The tools a template shows (`kwargs["tools"]`) count too."""
     budget = prompt_budget(model, kwargs)
@@ -45,15 +45,22 @@ def fit_prompt(messages: list[dict], steps, suffix: str, model, kwargs: dict, la
         return []
     count = model.count_tokens
     if kwargs.get("tools"):
-        count = (lambda m, tools=kwargs["tools"]: model.count_tokens(m, tools=tools))
+        count = lambda m, tools=kwargs["tools"]: model.count_tokens(m, tools=tools)
     notes = fit(messages, steps, suffix, count, budget, lang, render)
     for note in notes:
         log.info("context: %s", note)
     return notes
 
 
-def fit(messages: list[dict], steps, suffix: str, count: Callable[[list[dict]], int | None],
-        budget: int, lang: str, render: Callable = prompt_messages) -> list[str]:
+def fit(
+    messages: list[dict],
+    steps,
+    suffix: str,
+    count: Callable[[list[dict]], int | None],
+    budget: int,
+    lang: str,
+    render: Callable = prompt_messages,
+) -> list[str]:
     """Shorten `messages` and the steps' observations in place until the prompt fits `budget` tokens.
 
     `render(messages, steps, suffix)` makes the prompt (the protocol's messages; ReAct's by default).
@@ -72,9 +79,17 @@ def fit(messages: list[dict], steps, suffix: str, count: Callable[[list[dict]], 
             dropped = _drop_oldest_turn(messages, lang)
             notes.append(f"dropped the oldest chat turn ({reason}); {dropped} omitted so far")
             continue
-        longest = max((s for s in steps if s.final_answer is None and s.observation
-                       and len(_strip_mark(s.observation, lang)) > MIN_OBSERVATION_CHARS),
-                      key=lambda s: len(s.observation), default=None)
+        longest = max(
+            (
+                s
+                for s in steps
+                if s.final_answer is None
+                and s.observation
+                and len(_strip_mark(s.observation, lang)) > MIN_OBSERVATION_CHARS
+            ),
+            key=lambda s: len(s.observation),
+            default=None,
+        )
         if longest is not None:
             before = _strip_mark(longest.observation, lang)
             if longest.raw_observation is None:
@@ -86,13 +101,18 @@ def fit(messages: list[dict], steps, suffix: str, count: Callable[[list[dict]], 
         question = messages[-1]["content"]
         keep = len(question) // 2  # each cut at least halves what is kept, marker included, so this ends
         if keep >= MIN_QUESTION_CHARS:
-            head, tail = question[: keep // 2], question[len(question) - keep // 2:]
-            messages[-1] = {**messages[-1],
-                            "content": head + QUESTION_MARK[lang].format(n=len(question) - len(head) - len(tail)) + tail}
+            head, tail = question[: keep // 2], question[len(question) - keep // 2 :]
+            messages[-1] = {
+                **messages[-1],
+                "content": head + QUESTION_MARK[lang].format(n=len(question) - len(head) - len(tail)) + tail,
+            }
             notes.append(f"cut the middle of the question to {keep} characters ({reason})")
             continue
-        raise ContextOverflow(f"the prompt needs {used} tokens but only {budget} fit in the context window "
-                              "after shortening everything that may be shortened", notes)
+        raise ContextOverflow(
+            f"the prompt needs {used} tokens but only {budget} fit in the context window "
+            "after shortening everything that may be shortened",
+            notes,
+        )
 
 
 def _strip_mark(text: str, lang: str) -> str:

@@ -18,6 +18,7 @@ Every `after_*` runs for each hook whose `before_*` ran, also when the model or 
 raised. A hook that raises ends the run like a model error: stop_reason "hook_error", the steps
 so far kept, `result.error` naming the hook. KeyboardInterrupt passes through.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,10 +43,10 @@ class Run:
 
     question: str
     lang: str
-    result: AgentResult             # the steps and usage so far; final in after_run
+    result: AgentResult  # the steps and usage so far; final in after_run
     model: BaseModel
     tools: dict[str, Tool]
-    stop: Callable[[], None]        # end the run after the step in progress (`Agent.stop`)
+    stop: Callable[[], None]  # end the run after the step in progress (`Agent.stop`)
 
 
 @dataclass
@@ -53,10 +54,10 @@ class ModelCall:
     """One call of the model: for a step, the forced answer at the turn cap, or distilling an observation."""
 
     run: Run | None
-    index: int                      # the step it is for
-    purpose: str                    # "step", "working", "correction", "answer", "forced_answer" or "distill"
+    index: int  # the step it is for
+    purpose: str  # "step", "working", "correction", "answer", "forced_answer" or "distill"
     messages: list[Message]
-    options: dict                   # the keywords for `model.generate` (stop, max_new_tokens, constraint, ...)
+    options: dict  # the keywords for `model.generate` (stop, max_new_tokens, constraint, ...)
     reply: str | None = None
     error: BaseException | None = None
     seconds: float = 0.0
@@ -66,14 +67,14 @@ class ModelCall:
 class ToolCall:
     """One tool call the model asked for, after its arguments were checked."""
 
-    run: Run | None                 # None for `call_plugin`, outside a run
+    run: Run | None  # None for `call_plugin`, outside a run
     step: Step
     tool: Tool
     arguments: dict
-    output: str | None = None       # the tool's output (or its error text), redacted
+    output: str | None = None  # the tool's output (or its error text), redacted
     kind: StepKind = StepKind.ACTION  # action, tool_error or edited once it ran
     error: str | None = None
-    refusal: str | None = None      # why it was refused (then it does not run)
+    refusal: str | None = None  # why it was refused (then it does not run)
     edited_from: dict | None = None  # the model's arguments, when a hook edited them
     seconds: float = 0.0
 
@@ -145,8 +146,9 @@ def notify(hooks: list[Hooks], method: str, *args) -> None:
 _NO_HOOKS = contextlib.nullcontext()
 
 
-def around(hooks: list[Hooks], part: str, call, settled: Callable[[object], bool] | None = None
-           ) -> contextlib.AbstractContextManager:
+def around(
+    hooks: list[Hooks], part: str, call, settled: Callable[[object], bool] | None = None
+) -> contextlib.AbstractContextManager:
     """before_<part> of each hook (until `settled(call)`), the body, then after_<part> of those that ran,
     in reverse, whatever happened in between; the first hook failure is raised once all have run. With no
     hooks, a context that does nothing."""
@@ -174,4 +176,3 @@ def _around(hooks: list[Hooks], part: str, call, settled: Callable[[object], boo
                 failure = failure or e
     if failure is not None:
         raise failure
-

@@ -6,6 +6,7 @@ model's own tool-call format): the loop asks it for the prompt of each call, wha
 do around a turn. Everything else is here, the same for both, and reads top to bottom: `run` -> `_steps`
 (the turns) -> `_act` (one reply's calls) -> `_prepare_call` / `_run_tool` (one call, through the hooks).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -150,8 +151,11 @@ class Agent:
         run = self._state(question, lang)
         result = run.result
         run.answer_schema = AnswerSchema.of(answer_schema)
-        asked = question if run.answer_schema is None else (
-            question + "\n\n" + self.prompts.fill("common.answer_format", lang, schema=run.answer_schema.text))
+        asked = (
+            question
+            if run.answer_schema is None
+            else (question + "\n\n" + self.prompts.fill("common.answer_format", lang, schema=run.answer_schema.text))
+        )
         run.asked, run.history = asked, list(history or [])
         run.messages = self.protocol.conversation(asked, history, lang, self.system_prompt_for(lang), self.prompts)
         try:
@@ -203,9 +207,15 @@ class Agent:
             return StopReason.STOPPED
         generation = run.generate(suffix=protocol.forced_suffix(run.lang, self.prompts), purpose="forced_answer")
         answer = protocol.forced_answer(generation.text, run.lang, self.prompts)
-        step = generation.into(Step(index=len(result.steps), text=generation.text.rstrip(), final_answer=answer or None,
-                                    kind=StepKind.FORCED_ANSWER if answer else StepKind.NO_FORCED_ANSWER,
-                                    error=None if answer else "no final answer at the turn cap"))
+        step = generation.into(
+            Step(
+                index=len(result.steps),
+                text=generation.text.rstrip(),
+                final_answer=answer or None,
+                kind=StepKind.FORCED_ANSWER if answer else StepKind.NO_FORCED_ANSWER,
+                error=None if answer else "no final answer at the turn cap",
+            )
+        )
         if answer and run.answer_schema is not None:
             _fitted(run, step, may_send_back=False)
         run.record(step)
@@ -242,9 +252,22 @@ class Agent:
 
     def _state(self, question: str, lang: str) -> RunState:
         """A run's state: its question and language, and what it needs of this agent."""
-        return RunState(question, lang, AgentResult(question=question, lang=lang, protocol=str(self.protocol.name)),
-                        self.model, self.tools, self.protocol, self.prompts, self.hooks, self.generate_kwargs,
-                        self.observations, self.tool_timeout, self._stop, self.on_step, self.on_text)
+        return RunState(
+            question,
+            lang,
+            AgentResult(question=question, lang=lang, protocol=str(self.protocol.name)),
+            self.model,
+            self.tools,
+            self.protocol,
+            self.prompts,
+            self.hooks,
+            self.generate_kwargs,
+            self.observations,
+            self.tool_timeout,
+            self._stop,
+            self.on_step,
+            self.on_text,
+        )
 
     def _fill(self, step: Step, reading: Reading, run: RunState | None, earlier: list[Step] = ()) -> Tool | None:
         """Fill in the step of a reading: a final answer, an error observation, or a call ready to run
@@ -305,7 +328,9 @@ def _answer_of(run: RunState, final_answer: str) -> str:
     """The run's answer: the final answer itself where the model wrote it inside a sentence (`short_answer`: a
     lead-in dropped, the one year a year question asks for); the step keeps the sentence. JSON for an answer
     schema is kept whole."""
-    return final_answer if run.answer_schema is not None or not final_answer else short_answer(final_answer, run.question)
+    return (
+        final_answer if run.answer_schema is not None or not final_answer else short_answer(final_answer, run.question)
+    )
 
 
 def _fitted(run: RunState, step: Step, may_send_back: bool) -> str | None:
@@ -344,7 +369,12 @@ def _check_generate_keywords(model: BaseModel, kwargs: dict) -> None:
     unknown_of = getattr(model, "unknown_options", None)
     unknown = unknown_of(kwargs) if unknown_of is not None else []  # a model that does not say what it takes
     if unknown:
-        agent_args = [p.name for p in inspect.signature(Agent.__init__).parameters.values()
-                      if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in ("self", "model", "tools")]
-        raise TypeError(f"unknown keyword argument(s) {', '.join(unknown)}: Agent takes {', '.join(agent_args)}, "
-                        f"and {type(model).__name__} generation options {', '.join(sorted(model.generation_options))}")
+        agent_args = [
+            p.name
+            for p in inspect.signature(Agent.__init__).parameters.values()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in ("self", "model", "tools")
+        ]
+        raise TypeError(
+            f"unknown keyword argument(s) {', '.join(unknown)}: Agent takes {', '.join(agent_args)}, "
+            f"and {type(model).__name__} generation options {', '.join(sorted(model.generation_options))}"
+        )

@@ -6,6 +6,7 @@ of one cannot be given to the other. The loop (`loop.py`) asks it for the system
 options of each call, what a reply says, and what to do around a turn; the tool calls, guards, forced
 answer and records are the loop's and the same for both. `BaseProtocol` holds what both do alike.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -50,8 +51,11 @@ class BaseProtocol:
 
     def conversation(self, question: str, history, lang: str, system: str, prompts: Prompts) -> list[Message]:
         """The run's messages before its steps: the system prompt, the earlier turns, the question."""
-        return [{"role": "system", "content": system}, *history_to_messages(history),
-                {"role": "user", "content": question}]
+        return [
+            {"role": "system", "content": system},
+            *history_to_messages(history),
+            {"role": "user", "content": question},
+        ]
 
     def before_call(self, model: BaseModel, prompt: list[Message], tools, run: RunState) -> list[str]:
         """Notes for the step of the call about to be made (none by default)."""
@@ -75,8 +79,9 @@ class BaseProtocol:
         """What each step's reply is begun with."""
         return ""
 
-    def completed(self, run: RunState, generation: Generation, readings: list[Reading]
-                  ) -> tuple[Generation, list[Reading], bool]:
+    def completed(
+        self, run: RunState, generation: Generation, readings: list[Reading]
+    ) -> tuple[Generation, list[Reading], bool]:
         """A reply read as `readings`, completed where the protocol asks for more in the same step:
         (generation, readings, whether an answer was asked for)."""
         return generation, readings, False

@@ -5,6 +5,7 @@ assistant message (whose rendering `HFChatModel.render_prompt` checks, so the pr
 turn: the model's own working first (and the calculator setting its arithmetic right), an answer asked for
 in the same step after a reply that only reasons, an answer sent back once to be checked.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -88,7 +89,9 @@ class ReAct(BaseProtocol):
 
     def resolved(self, model: BaseModel, tools) -> ReAct:
         tools = list(tools)
-        constrained = bool(getattr(model, "prefers_constrained", False) if self.constrained is None else self.constrained)
+        constrained = bool(
+            getattr(model, "prefers_constrained", False) if self.constrained is None else self.constrained
+        )
         working_first = (not constrained) if self.working_first is None else self.working_first
         calculator = any(isinstance(t, Calculator) for t in tools)
         check = working_first and (calculator if self.check_arithmetic is None else self.check_arithmetic)
@@ -96,8 +99,14 @@ class ReAct(BaseProtocol):
         if examples is True:  # the shipped worked examples that fit these tools, per language
             examples = {lang: examples_for([t.name_for_model for t in tools], lang) for lang in EXAMPLES}
         search = self.search or ("first" if find_search_tool(tools, self.search_tool) is not None else "tool")
-        return dataclasses.replace(self, constrained=constrained, working_first=working_first,
-                                   check_arithmetic=check, examples=examples or None, search=search)
+        return dataclasses.replace(
+            self,
+            constrained=constrained,
+            working_first=working_first,
+            check_arithmetic=check,
+            examples=examples or None,
+            search=search,
+        )
 
     def record(self) -> dict:
         record = super().record()
@@ -110,8 +119,9 @@ class ReAct(BaseProtocol):
         examples = self.examples.get(lang) if isinstance(self.examples, dict) else self.examples
         return build_system_prompt(tools, lang, examples, prompts)
 
-    def conversation(self, question: str, history, lang: str, system: str, prompts: Prompts,
-                     passages: str | None = None) -> list[Message]:
+    def conversation(
+        self, question: str, history, lang: str, system: str, prompts: Prompts, passages: str | None = None
+    ) -> list[Message]:
         """With the working first, the question as the model alone is asked it (`format.direct`), or with the
         `passages` its search found (`format.retrieval`, the retrieve-then-answer prompt); the tools come later,
         in the check turn. Without, the system prompt and the question (and its passages)."""
@@ -119,15 +129,19 @@ class ReAct(BaseProtocol):
             if passages is not None:
                 question = prompts.fill("react.searched", lang, question=question, passages=passages.strip())
             return super().conversation(question, history, lang, system, prompts)
-        asked = direct_messages(question, lang, prompts) if passages is None else retrieval_messages(
-            question, passages, lang, prompts)
+        asked = (
+            direct_messages(question, lang, prompts)
+            if passages is None
+            else retrieval_messages(question, passages, lang, prompts)
+        )
         return [*history_to_messages(history), *asked]
 
     def prompt(self, messages: list[Message], steps, suffix: str = "") -> list[Message]:
         return prompt_messages(messages, steps, suffix)
 
-    def options(self, tools, steps, forced: bool, constrained: bool, lang: str = "en",
-                answer_schema: str | None = None) -> dict:
+    def options(
+        self, tools, steps, forced: bool, constrained: bool, lang: str = "en", answer_schema: str | None = None
+    ) -> dict:
         options: dict = {"stop": list(STOP_WORDS)}
         if constrained:
             options["constraint"] = next_step_format(tools, steps, forced=forced, answer_schema=answer_schema)
@@ -142,9 +156,13 @@ class ReAct(BaseProtocol):
         copied ("the tool's arguments as a JSON object") is a format error, never an answer."""
         reading = read_step(reply.text, tools, lang)
         if reading.kind == StepKind.FINAL_ANSWER and prompts is not None and prompts.is_placeholder(reading.answer):
-            reading = Reading(StepKind.MALFORMED, reading.text, thought=reading.thought,
-                              error=f"the Final Answer {reading.answer!r} is the prompt's description of what to "
-                                    "write, copied. Write the answer itself after Final Answer:")
+            reading = Reading(
+                StepKind.MALFORMED,
+                reading.text,
+                thought=reading.thought,
+                error=f"the Final Answer {reading.answer!r} is the prompt's description of what to "
+                "write, copied. Write the answer itself after Final Answer:",
+            )
         return [reading]
 
     def forced_suffix(self, lang: str, prompts: Prompts) -> str:
@@ -202,8 +220,13 @@ class ReAct(BaseProtocol):
             return
         for query in dict.fromkeys(q for q in (run.question, search_terms(run.question)) if q):
             arguments = {query_argument(tool): query}
-            step = Step(index=len(run.result.steps), text="", action=tool.name_for_model, arguments=arguments,
-                        action_input=json.dumps(arguments, ensure_ascii=False))
+            step = Step(
+                index=len(run.result.steps),
+                text="",
+                action=tool.name_for_model,
+                arguments=arguments,
+                action_input=json.dumps(arguments, ensure_ascii=False),
+            )
             run.call_tool(step, tool)
             found = _found(step)
             step.kind = StepKind.SEARCHED
@@ -226,9 +249,10 @@ class ReAct(BaseProtocol):
             if start is None or start in starts or run.stopped:
                 break  # nothing (more) to set right, the same cut again, or the run is asked to stop
             starts.add(start)
-            note = run.prompts.fill("check.correction", run.lang, claim=wrong[0], expression=wrong[0].expression,
-                                    value=wrong[0].computed)
-            shown = start[start.rstrip("\n").rfind("\n") + 1:]  # the line set right, as it goes on
+            note = run.prompts.fill(
+                "check.correction", run.lang, claim=wrong[0], expression=wrong[0].expression, value=wrong[0].computed
+            )
+            shown = start[start.rstrip("\n").rfind("\n") + 1 :]  # the line set right, as it goes on
             run.show(f"\n[{note}]\n{shown}")
             try:
                 more = run.generate(suffix=start, purpose="correction", free=True)
@@ -238,8 +262,9 @@ class ReAct(BaseProtocol):
             generation = generation.then(more, start + more.text, note)
         return generation
 
-    def completed(self, run: RunState, generation: Generation, readings: list[Reading]
-                  ) -> tuple[Generation, list[Reading], bool]:
+    def completed(
+        self, run: RunState, generation: Generation, readings: list[Reading]
+    ) -> tuple[Generation, list[Reading], bool]:
         """A reply that only reasoned (no Action, no Final Answer), continued with `Final Answer:` in the same
         step (with `ask_answer`, decoded free): its working is kept and its answer asked for, without an error
         turn (the loop marks the step `answer_asked`, a format error in scoring)."""
@@ -259,26 +284,40 @@ class ReAct(BaseProtocol):
         after a failed call (which gave nothing to answer from); with `recheck="results"`, also one that only
         repeats the last tool result (which may answer one step, not the question). A turn must be left."""
         steps = run.result.steps
-        if self.recheck == "off" or turn + 1 >= max_turns or not steps or any(s.kind == StepKind.RECHECK
-                                                                              for s in steps):
+        if (
+            self.recheck == "off"
+            or turn + 1 >= max_turns
+            or not steps
+            or any(s.kind == StepKind.RECHECK for s in steps)
+        ):
             return None
         last = steps[-1]
         if last.kind in FAILED_CALLS:
             return run.prompts.text("react.recheck", run.lang)
         shown = (last.observation or "").strip()
-        if self.recheck == "results" and last.kind == StepKind.ACTION and 0 < len(shown) <= 40 \
-                and shown in step.final_answer:
+        if (
+            self.recheck == "results"
+            and last.kind == StepKind.ACTION
+            and 0 < len(shown) <= 40
+            and shown in step.final_answer
+        ):
             return run.prompts.fill("react.recheck_result", run.lang, result=shown)
         return None
 
 
 def _found(step: Step) -> bool:
     """Whether a search call ran and found something."""
-    return step.kind in (StepKind.ACTION, StepKind.EDITED) and bool((step.observation or "").strip()) \
+    return (
+        step.kind in (StepKind.ACTION, StepKind.EDITED)
+        and bool((step.observation or "").strip())
         and not NOTHING_FOUND.match(step.observation)
+    )
 
 
 def _record_working(run: RunState, generation: Generation, check: str | None = None) -> None:
     """The working as the run's first reply; its observation the check turn (None: the run ends there)."""
-    run.record(generation.into(Step(index=len(run.result.steps), text=generation.text, kind=StepKind.WORKING,
-                                    observation=check)))
+    run.record(
+        generation.into(
+            Step(index=len(run.result.steps), text=generation.text, kind=StepKind.WORKING, observation=check)
+        )
+    )

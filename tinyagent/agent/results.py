@@ -1,4 +1,5 @@
 """What a run produces: its steps, why it ended, and what one model call returned."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -10,14 +11,14 @@ from ..text import StrEnum
 
 
 class StopReason(StrEnum):
-    FINAL_ANSWER = "final_answer"          # the model answered
-    NO_ACTION = "no_action"                # a reply with no ReAct labels, taken as the answer
-    MAX_TURNS = "max_turns"                # the answer was forced at the turn cap
+    FINAL_ANSWER = "final_answer"  # the model answered
+    NO_ACTION = "no_action"  # a reply with no ReAct labels, taken as the answer
+    MAX_TURNS = "max_turns"  # the answer was forced at the turn cap
     NO_FORCED_ANSWER = "no_forced_answer"  # no answer even at the turn cap
     CONTEXT_OVERFLOW = "context_overflow"  # the prompt did not fit the context window
-    MODEL_ERROR = "model_error"            # the model raised
-    HOOK_ERROR = "hook_error"              # a hook (or on_step) raised
-    STOPPED = "stopped"                    # `Agent.stop()` was called
+    MODEL_ERROR = "model_error"  # the model raised
+    HOOK_ERROR = "hook_error"  # a hook (or on_step) raised
+    STOPPED = "stopped"  # `Agent.stop()` was called
 
     @property
     def finished(self) -> bool:
@@ -35,20 +36,20 @@ class Step:
     """One model reply and what the agent did with it."""
 
     index: int
-    text: str                       # the reply as it enters the scratchpad
-    kind: StepKind | str = ""       # what the reply was
+    text: str  # the reply as it enters the scratchpad
+    kind: StepKind | str = ""  # what the reply was
     thought: str = ""
-    action: str | None = None       # tool name the model asked for
+    action: str | None = None  # tool name the model asked for
     action_input: str | None = None  # the raw text after `Action Input:`
-    arguments: dict | None = None   # the parsed arguments, when they parsed (the approver's, when edited)
+    arguments: dict | None = None  # the parsed arguments, when they parsed (the approver's, when edited)
     edited_from: dict | None = None  # the model's arguments, when the approver edited them
     observation: str | None = None  # what the model sees next
     raw_observation: str | None = None  # the tool's output before cutting / distilling, if different
     final_answer: str | None = None
-    error: str | None = None        # what went wrong in this step, if anything
+    error: str | None = None  # what went wrong in this step, if anything
     notes: list[str] = field(default_factory=list)  # how the prompt was shortened to fit, or its cache reuse cut
-    turn: int | None = None         # tools protocol: which model reply the step came from (one reply, many calls)
-    call_id: str | None = None      # tools protocol: the call's id, when the server gave one
+    turn: int | None = None  # tools protocol: which model reply the step came from (one reply, many calls)
+    call_id: str | None = None  # tools protocol: the call's id, when the server gave one
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
@@ -62,9 +63,16 @@ class Step:
     @classmethod
     def of(cls, index: int, reading: Reading) -> Step:
         """The step a reply was read as, before the agent acts on it."""
-        return cls(index=index, text=reading.text, kind=reading.kind, thought=reading.thought,
-                   action=reading.action, action_input=reading.action_input, arguments=reading.arguments,
-                   call_id=reading.call_id)
+        return cls(
+            index=index,
+            text=reading.text,
+            kind=reading.kind,
+            thought=reading.thought,
+            action=reading.action,
+            action_input=reading.action_input,
+            arguments=reading.arguments,
+            call_id=reading.call_id,
+        )
 
 
 @dataclass
@@ -74,13 +82,13 @@ class AgentResult:
     question: str
     answer: str = ""
     steps: list[Step] = field(default_factory=list)
-    finished: bool = False          # True only when the model gave an answer (final, chit-chat or forced)
+    finished: bool = False  # True only when the model gave an answer (final, chit-chat or forced)
     stop_reason: StopReason | str = ""
-    error: str | None = None        # for model_error / hook_error / context_overflow: what went wrong (redacted)
+    error: str | None = None  # for model_error / hook_error / context_overflow: what went wrong (redacted)
     lang: str = "en"
-    protocol: str = "react"         # how the model called tools: "react" text or its own "tools" format
-    data: object = None             # with an answer_schema: the answer as data that fits it (a dict, a list, a
-                                    # pydantic model's instance); None when it did not fit
+    protocol: str = "react"  # how the model called tools: "react" text or its own "tools" format
+    data: object = None  # with an answer_schema: the answer as data that fits it (a dict, a list, a
+    # pydantic model's instance); None when it did not fit
     generate_calls: int = 0
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -104,7 +112,7 @@ class Generation:
 
     reply: Reply
     seconds: float
-    notes: list[str]                # how the prompt was shortened to fit, or its cache reuse cut
+    notes: list[str]  # how the prompt was shortened to fit, or its cache reuse cut
 
     @property
     def text(self) -> str:

@@ -7,6 +7,7 @@ usage. `RunState.call_tool` is the one way it calls a tool: through the tool hoo
 shaped into the observation. The loop (`loop.py`) and the protocol's own turns (`react.py`) both call them;
 they call neither.
 """
+
 from __future__ import annotations
 
 import logging
@@ -46,21 +47,21 @@ class RunState:
     result: AgentResult
     model: BaseModel
     tools: dict[str, Tool]
-    protocol: object                # the agent's resolved protocol (protocols.BaseProtocol)
+    protocol: object  # the agent's resolved protocol (protocols.BaseProtocol)
     prompts: Prompts
     hooks: list[Hooks]
     generate_kwargs: dict
     observations: Observations
     tool_timeout: float | None
     stop_event: threading.Event
-    on_step: object = None          # Callable[[Step], None] | None
-    on_text: object = None          # Callable[[str], None] | None
+    on_step: object = None  # Callable[[Step], None] | None
+    on_text: object = None  # Callable[[str], None] | None
     messages: list[Message] = field(default_factory=list)
-    asked: str = ""                 # the question as the model is asked it (with what an answer schema adds)
+    asked: str = ""  # the question as the model is asked it (with what an answer schema adds)
     history: list = field(default_factory=list)  # the conversation's earlier turns
     answer_schema: AnswerSchema | None = None  # what the final answer must fit (`Agent.run(answer_schema=...)`)
     memo: dict = field(default_factory=dict)  # what a protocol keeps between the calls of one run
-    view: Run | None = None         # the run as hooks see it
+    view: Run | None = None  # the run as hooks see it
 
     def __post_init__(self) -> None:
         self.view = Run(self.question, self.lang, self.result, self.model, self.tools, self.stop_event.set)
@@ -89,11 +90,19 @@ class RunState:
         `lead` begins the reply (in the prompt, and in the reply returned)."""
         protocol, tools, pad = self.protocol, list(self.tools.values()), lead + suffix
         kwargs = dict(self.generate_kwargs)
-        kwargs.update(protocol.options(tools, self.result.steps, forced=bool(suffix),
-                                       constrained=protocol.constrained and not free, lang=self.lang,
-                                       answer_schema=self.answer_schema.text if self.answer_schema else None))
-        notes = context.fit_prompt(self.messages, self.result.steps, pad, self.model, kwargs, self.lang,
-                                   render=protocol.prompt)
+        kwargs.update(
+            protocol.options(
+                tools,
+                self.result.steps,
+                forced=bool(suffix),
+                constrained=protocol.constrained and not free,
+                lang=self.lang,
+                answer_schema=self.answer_schema.text if self.answer_schema else None,
+            )
+        )
+        notes = context.fit_prompt(
+            self.messages, self.result.steps, pad, self.model, kwargs, self.lang, render=protocol.prompt
+        )
         if self.on_text is not None:
             kwargs["on_text"] = self.on_text
             if lead:
@@ -131,8 +140,9 @@ class RunState:
             if not settings.distill or len(text) <= settings.distill_threshold:
                 return text
             budget = context.prompt_budget(self.model, self.generate_kwargs)
-            return shaping.distilled(text, self.lang, self.question, thought, self._ask, self.model.count_tokens,
-                                     budget, self.prompts)
+            return shaping.distilled(
+                text, self.lang, self.question, thought, self._ask, self.model.count_tokens, budget, self.prompts
+            )
 
         return shaping.shaped(raw, self.lang, getattr(self.model, "control_tokens", ()), settings.max_chars, distill)
 
@@ -143,8 +153,15 @@ class RunState:
         return reply.text
 
 
-def call_model(model: BaseModel, hooks: list[Hooks], view: Run | None, index: int, messages: list[Message],
-               purpose: str, kwargs: dict) -> ModelCall:
+def call_model(
+    model: BaseModel,
+    hooks: list[Hooks],
+    view: Run | None,
+    index: int,
+    messages: list[Message],
+    purpose: str,
+    kwargs: dict,
+) -> ModelCall:
     """`model.generate` through the model hooks; a model that raises is `ModelFailed` (its steps are kept)."""
     call = ModelCall(view, index, purpose, messages, kwargs)
     with around(hooks, "model", call, settled=lambda c: c.reply is not None):

@@ -1,5 +1,6 @@
 """Tool output as it enters the prompt: control tokens broken, long results distilled by the model
 when asked, and the length capped with a marker. Tool output is data: nothing here parses it."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -9,12 +10,13 @@ from ..format.messages import Message
 from ..format.observations import cut, neutralize_control_tokens
 from ..format.templates import Prompts, shipped
 
+
 @dataclass(frozen=True)
 class Observations:
     """How tool output is shaped before the model reads it (`Agent(observations=...)`)."""
 
-    max_chars: int | None = 4000    # the most of one result the model reads (None: all), then a marker
-    distill: bool = False           # have the model condense a result longer than `distill_threshold`
+    max_chars: int | None = 4000  # the most of one result the model reads (None: all), then a marker
+    distill: bool = False  # have the model condense a result longer than `distill_threshold`
     distill_threshold: int = 1500
 
     def __post_init__(self) -> None:
@@ -28,8 +30,9 @@ DISTILL_MAX_CHARS = 16_000
 DISTILL_MIN_CHARS = 200
 
 
-def shaped(raw: str, lang: str, control_tokens: tuple[str, ...], limit: int | None,
-           distill: Callable[[str], str] | None = None) -> str:
+def shaped(
+    raw: str, lang: str, control_tokens: tuple[str, ...], limit: int | None, distill: Callable[[str], str] | None = None
+) -> str:
     """`raw` as the model will read it; `distill(text)`, when given, condenses it first."""
     text = neutralize_control_tokens(raw, control_tokens)
     if distill is not None:
@@ -37,8 +40,16 @@ def shaped(raw: str, lang: str, control_tokens: tuple[str, ...], limit: int | No
     return text if limit is None else cut(text, limit, lang)
 
 
-def distilled(observation: str, lang: str, question: str, thought: str, ask: Callable[[list[Message]], str],
-              count: Callable[[list[Message]], int | None], budget: int | None, prompts: Prompts | None = None) -> str:
+def distilled(
+    observation: str,
+    lang: str,
+    question: str,
+    thought: str,
+    ask: Callable[[list[Message]], str],
+    count: Callable[[list[Message]], int | None],
+    budget: int | None,
+    prompts: Prompts | None = None,
+) -> str:
     """The facts of a long tool result that the current thought needs, as the model (`ask`) keeps them.
 
     The result in the distill prompt is cut like any prompt: to DISTILL_MAX_CHARS, then halved until
@@ -46,8 +57,14 @@ def distilled(observation: str, lang: str, question: str, thought: str, ask: Cal
     prompts = prompts or shipped()
 
     def prompt_for(text: str) -> list[Message]:
-        return [{"role": "user", "content": prompts.fill("common.distill", lang, question=question,
-                                                         thought=thought or "-", observation=text)}]
+        return [
+            {
+                "role": "user",
+                "content": prompts.fill(
+                    "common.distill", lang, question=question, thought=thought or "-", observation=text
+                ),
+            }
+        ]
 
     shown = cut(observation, DISTILL_MAX_CHARS, lang)
     while budget is not None and len(shown) > DISTILL_MIN_CHARS and (count(prompt_for(shown)) or 0) > budget:

@@ -19,6 +19,7 @@ Telemetry never costs an answer: a span processor or exporter that raises is log
 the run goes on without that span; `shutdown` bounds the export of what is still queued at exit to
 SHUTDOWN_SECONDS, so a collector that never answers does not hold the command.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -50,12 +51,14 @@ log = logging.getLogger(__name__)
 
 def _quiet(hook):
     """A hook method that logs what fails in it (the SDK, a span processor, an exporter) instead of raising."""
+
     @functools.wraps(hook)
     def quiet(self, *args):
         try:
             hook(self, *args)
         except Exception as e:
             self._failed(e)
+
     return quiet
 
 
@@ -87,7 +90,7 @@ class Tracing(Hooks):
         if capture_text is None:
             capture_text = os.environ.get(CAPTURE_ENV, "").strip().lower() in ("1", "true", "yes")
         self.capture_text = capture_text
-        self._open: dict[int, tuple[object, object]] = {}   # id(call) -> (span, context token)
+        self._open: dict[int, tuple[object, object]] = {}  # id(call) -> (span, context token)
         self._warned = threading.Event()
 
     def _failed(self, error: Exception) -> None:
@@ -137,76 +140,137 @@ class Tracing(Hooks):
 
     @_quiet
     def before_run(self, run: Run) -> None:
-        self._start(run, f"invoke_agent {AGENT_NAME}", self._trace.SpanKind.INTERNAL, {
-            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": AGENT_NAME,
-            "gen_ai.provider.name": run.model.provider, "gen_ai.request.model": run.model.model_id,
-            "tinyagent.lang": run.lang, "tinyagent.tools": sorted(run.tools),
-            **self._text("tinyagent.question", run.question)})
+        self._start(
+            run,
+            f"invoke_agent {AGENT_NAME}",
+            self._trace.SpanKind.INTERNAL,
+            {
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": AGENT_NAME,
+                "gen_ai.provider.name": run.model.provider,
+                "gen_ai.request.model": run.model.model_id,
+                "tinyagent.lang": run.lang,
+                "tinyagent.tools": sorted(run.tools),
+                **self._text("tinyagent.question", run.question),
+            },
+        )
 
     @_quiet
     def after_run(self, run: Run) -> None:
         result = run.result
         reason = str(result.stop_reason) or "interrupted"
         failed = not result.stop_reason or result.stop_reason.failed
-        self._end(run, {
-            "tinyagent.stop_reason": reason, "tinyagent.finished": result.finished,
-            "tinyagent.steps": len(result.steps), "tinyagent.generate_calls": result.generate_calls,
-            "gen_ai.usage.input_tokens": result.prompt_tokens, "gen_ai.usage.output_tokens": result.completion_tokens,
-            **self._text("tinyagent.answer", result.answer)},
-            error=(result.error or reason) if failed else None, error_type=reason)
+        self._end(
+            run,
+            {
+                "tinyagent.stop_reason": reason,
+                "tinyagent.finished": result.finished,
+                "tinyagent.steps": len(result.steps),
+                "tinyagent.generate_calls": result.generate_calls,
+                "gen_ai.usage.input_tokens": result.prompt_tokens,
+                "gen_ai.usage.output_tokens": result.completion_tokens,
+                **self._text("tinyagent.answer", result.answer),
+            },
+            error=(result.error or reason) if failed else None,
+            error_type=reason,
+        )
 
     @_quiet
     def on_step(self, step: Step) -> None:
-        self._trace.get_current_span().add_event("tinyagent.step", _clean({
-            "tinyagent.step.index": step.index, "tinyagent.step.kind": str(step.kind),
-            "gen_ai.tool.name": step.action, "tinyagent.step.error": step.error}))
+        self._trace.get_current_span().add_event(
+            "tinyagent.step",
+            _clean(
+                {
+                    "tinyagent.step.index": step.index,
+                    "tinyagent.step.kind": str(step.kind),
+                    "gen_ai.tool.name": step.action,
+                    "tinyagent.step.error": step.error,
+                }
+            ),
+        )
 
     @_quiet
     def before_model(self, call: ModelCall) -> None:
         model = call.run.model if call.run is not None else None
         model_id = model.model_id if model is not None else "unknown"
         options = call.options
-        self._start(call, f"chat {model_id}", self._trace.SpanKind.CLIENT, {
-            "gen_ai.operation.name": "chat", "gen_ai.provider.name": model.provider if model else None,
-            "gen_ai.request.model": model_id, "gen_ai.request.max_tokens": options.get("max_new_tokens"),
-            "gen_ai.request.temperature": options.get("temperature"), "gen_ai.request.top_p": options.get("top_p"),
-            "gen_ai.request.stop_sequences": options.get("stop"), "tinyagent.purpose": call.purpose,
-            "tinyagent.step.index": call.index, "tinyagent.prompt_chars": sum(len(m["content"]) for m in call.messages),
-            **self._text("gen_ai.input.messages", [{"role": m["role"], "parts": [{"type": "text", "content":
-                                                   m["content"]}]} for m in call.messages])})
+        self._start(
+            call,
+            f"chat {model_id}",
+            self._trace.SpanKind.CLIENT,
+            {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": model.provider if model else None,
+                "gen_ai.request.model": model_id,
+                "gen_ai.request.max_tokens": options.get("max_new_tokens"),
+                "gen_ai.request.temperature": options.get("temperature"),
+                "gen_ai.request.top_p": options.get("top_p"),
+                "gen_ai.request.stop_sequences": options.get("stop"),
+                "tinyagent.purpose": call.purpose,
+                "tinyagent.step.index": call.index,
+                "tinyagent.prompt_chars": sum(len(m["content"]) for m in call.messages),
+                **self._text(
+                    "gen_ai.input.messages",
+                    [{"role": m["role"], "parts": [{"type": "text", "content": m["content"]}]} for m in call.messages],
+                ),
+            },
+        )
 
     @_quiet
     def after_model(self, call: ModelCall) -> None:
         usage = Reply.of(call.reply).usage if call.reply is not None else {}
         reply = str(call.reply) if call.reply is not None else None
-        self._end(call, {
-            "gen_ai.usage.input_tokens": usage.get("prompt_tokens"),
-            "gen_ai.usage.output_tokens": usage.get("completion_tokens"),
-            "gen_ai.usage.cache_read.input_tokens": usage.get("cached_tokens"),
-            "gen_ai.response.finish_reasons": [usage["finish_reason"]] if usage.get("finish_reason") else None,
-            "tinyagent.seconds": call.seconds, "tinyagent.reply_chars": len(reply) if reply is not None else None,
-            **self._text("gen_ai.output.messages", None if reply is None else [
-                {"role": "assistant", "parts": [{"type": "text", "content": reply}]}])},
+        self._end(
+            call,
+            {
+                "gen_ai.usage.input_tokens": usage.get("prompt_tokens"),
+                "gen_ai.usage.output_tokens": usage.get("completion_tokens"),
+                "gen_ai.usage.cache_read.input_tokens": usage.get("cached_tokens"),
+                "gen_ai.response.finish_reasons": [usage["finish_reason"]] if usage.get("finish_reason") else None,
+                "tinyagent.seconds": call.seconds,
+                "tinyagent.reply_chars": len(reply) if reply is not None else None,
+                **self._text(
+                    "gen_ai.output.messages",
+                    None if reply is None else [{"role": "assistant", "parts": [{"type": "text", "content": reply}]}],
+                ),
+            },
             error=one_line(call.error) if call.error is not None else None,
-            error_type=type(call.error).__name__ if call.error is not None else None)
+            error_type=type(call.error).__name__ if call.error is not None else None,
+        )
 
     @_quiet
     def before_tool(self, call: ToolCall) -> None:
         arguments = json.dumps(call.arguments, ensure_ascii=False, default=str)
-        self._start(call, f"execute_tool {call.name}", self._trace.SpanKind.INTERNAL, {
-            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call.name, "gen_ai.tool.type": "function",
-            "gen_ai.tool.call.id": f"step-{call.step.index + 1}", "tinyagent.tool.arguments_chars": len(arguments),
-            "tinyagent.tool.edited": call.edited_from is not None,
-            **self._text("gen_ai.tool.call.arguments", arguments)})
+        self._start(
+            call,
+            f"execute_tool {call.name}",
+            self._trace.SpanKind.INTERNAL,
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": call.name,
+                "gen_ai.tool.type": "function",
+                "gen_ai.tool.call.id": f"step-{call.step.index + 1}",
+                "tinyagent.tool.arguments_chars": len(arguments),
+                "tinyagent.tool.edited": call.edited_from is not None,
+                **self._text("gen_ai.tool.call.arguments", arguments),
+            },
+        )
 
     @_quiet
     def after_tool(self, call: ToolCall) -> None:
         kind = "refused" if call.refusal is not None else str(call.kind)
-        self._end(call, {
-            "tinyagent.step.kind": kind, "tinyagent.seconds": call.seconds,
-            "tinyagent.tool.result_chars": len(call.output) if call.output is not None else None,
-            **self._text("gen_ai.tool.call.result", call.output), **self._text("tinyagent.refusal", call.refusal)},
-            error=call.error, error_type=kind)
+        self._end(
+            call,
+            {
+                "tinyagent.step.kind": kind,
+                "tinyagent.seconds": call.seconds,
+                "tinyagent.tool.result_chars": len(call.output) if call.output is not None else None,
+                **self._text("gen_ai.tool.call.result", call.output),
+                **self._text("tinyagent.refusal", call.refusal),
+            },
+            error=call.error,
+            error_type=kind,
+        )
 
 
 def _clean(attributes: dict) -> dict:

@@ -2,6 +2,7 @@
 a repeat of an earlier call, invoke it through the hooks (which may approve, edit or refuse it first:
 approval.py); several calls of one reply together (`run_together`). Each part turns what a model or a tool
 can get wrong into a step the model reads as an observation; only bugs in the agent (and hooks that raise) raise."""
+
 from __future__ import annotations
 
 import contextvars
@@ -43,8 +44,12 @@ def earlier_call(step: Step, previous: list[Step]) -> Step | None:
     failed, e.g. timed out, may be tried again)."""
     key = _key(step.arguments)
     for earlier in previous:
-        if (earlier.action == step.action and earlier.arguments is not None and earlier.kind in _RAN
-                and _key(earlier.arguments) == key):
+        if (
+            earlier.action == step.action
+            and earlier.arguments is not None
+            and earlier.kind in _RAN
+            and _key(earlier.arguments) == key
+        ):
             return earlier
     return None
 
@@ -95,8 +100,9 @@ def run(tool: Tool, arguments: dict, timeout: float | None) -> tuple[str, StepKi
     return kept(redact(raw)), kind, kept(error) if error else error, time.perf_counter() - t0
 
 
-def run_together(calls: list[tuple[Step, Tool]], run_one: Callable[[Step, Tool], object], together: bool = True
-                 ) -> None:
+def run_together(
+    calls: list[tuple[Step, Tool]], run_one: Callable[[Step, Tool], object], together: bool = True
+) -> None:
     """Run the prepared calls of one reply: at the same time when there are several, `together` and every
     tool allows it (`Tool.concurrent`), else one after another, in order; each in the caller's context."""
     if together and len(calls) > 1 and all(tool.concurrent for _, tool in calls):

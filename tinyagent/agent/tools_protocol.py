@@ -5,6 +5,7 @@ The family is `model.tool_format` (else hermes). A model whose template does not
 (`model.native_tools` False) gets the family's tools text in the system prompt, and its results as user
 messages in the family's wrapping.
 """
+
 from __future__ import annotations
 
 import logging
@@ -65,8 +66,13 @@ class Tools(BaseProtocol):
         return resolved
 
     def record(self) -> dict:
-        return {"protocol": str(self.name), "parallel": self.parallel, "max_calls": self.max_calls,
-                "family": self.family, "constrained": self.constrained}
+        return {
+            "protocol": str(self.name),
+            "parallel": self.parallel,
+            "max_calls": self.max_calls,
+            "family": self.family,
+            "constrained": self.constrained,
+        }
 
     @property
     def fmt(self) -> ToolFormat:
@@ -81,11 +87,18 @@ class Tools(BaseProtocol):
         return prompt
 
     def prompt(self, messages: list[Message], steps, suffix: str = "") -> list[Message]:
-        return tool_turn_messages(messages, steps, suffix, result_role="tool" if self.native else None,
-                                  wrap=lambda text: result_text(self.fmt, text), call_turns=self.call_turns)
+        return tool_turn_messages(
+            messages,
+            steps,
+            suffix,
+            result_role="tool" if self.native else None,
+            wrap=lambda text: result_text(self.fmt, text),
+            call_turns=self.call_turns,
+        )
 
-    def options(self, tools, steps, forced: bool, constrained: bool, lang: str = "en",
-                answer_schema: str | None = None) -> dict:
+    def options(
+        self, tools, steps, forced: bool, constrained: bool, lang: str = "en", answer_schema: str | None = None
+    ) -> dict:
         """The call's stop strings, tools and format (an `answer_schema` is checked after, not decoded within)."""
         options: dict = {"stop": [] if self.call_turns else list(TOOL_STOPS.get(self.fmt.name, []))}
         if self.native and tools:
@@ -145,5 +158,7 @@ def prefix_note(rendered: str, expected: str | None) -> str | None:
     if not expected or rendered.startswith(expected):
         return None
     same = next((i for i, (a, b) in enumerate(zip(rendered, expected)) if a != b), min(len(rendered), len(expected)))
-    return (f"the chat template re-rendered an earlier turn: the prompt keeps {same} of the {len(expected)} "
-            "characters of the last prompt and its reply, so the KV cache is reused only that far")
+    return (
+        f"the chat template re-rendered an earlier turn: the prompt keeps {same} of the {len(expected)} "
+        "characters of the last prompt and its reply, so the KV cache is reused only that far"
+    )

@@ -5,6 +5,7 @@
 - report.py: steps streamed for people, JSON for programs.
 - terminal.py: the approval prompt on the terminal.
 """
+
 from .commands import main
 
 __all__ = ["main"]

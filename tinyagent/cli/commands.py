@@ -4,11 +4,12 @@ Steps stream to stdout as the model writes them; status lines and errors go to s
 `--json` output on stdout stays machine-readable. User mistakes end with one line
 (`tinyagent: error: ...`) and exit code 2 (usage, config) or 1 (runtime); Ctrl-C exits 130.
 """
+
 from __future__ import annotations
 
 import argparse
-import json
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -17,21 +18,21 @@ import traceback
 from collections.abc import Callable
 
 from .. import config as configuration
-from ..web import page
 from ..agent.answer_schema import AnswerSchema
 from ..agent.approval import give_asker
 from ..eval import command as evaluation
 from ..jsonhttp import RequestFailed
 from ..models.embedded import NOTICE as EMBEDDED_NOTICE
-from .options import add_model_options, add_web_options, config_from_args, loopback, web_login
-from .report import PROG, Reporter, answer, note
 from ..redaction import redact, register_url
 from ..serve import command as serving
 from ..store import SQLiteStore, StoreError, check_name
-from .terminal import TerminalApprover
 from ..text import escape_controls, one_line
 from ..traces import TraceWriter, dumps
 from ..version import __version__
+from ..web import page
+from .options import add_model_options, add_web_options, config_from_args, loopback, web_login
+from .report import PROG, Reporter, answer, note
+from .terminal import TerminalApprover
 
 EXIT_RUNTIME, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class LoadError(Exception):
 
 
 # --- output -------------------------------------------------------------------------------------
+
 
 class _StderrHandler(logging.Handler):
     """Writes to the sys.stderr of the moment (tests swap it), as `tinyagent: warning: ...`."""
@@ -64,6 +66,7 @@ def setup_logging(verbose: bool = False) -> None:
 
 # --- the model -----------------------------------------------------------------------------------
 
+
 def model_label(cfg: configuration.Config) -> str:
     """The model in a few words, for status and error lines."""
     m = cfg.model
@@ -81,8 +84,10 @@ def load_model(cfg: configuration.Config):
         note(f"Using {model_label(cfg)}")
     elif m.backend == "embedded":
         on_llama = configuration.embedded_runtime(cfg) == "llamacpp"
-        note(f"Loading {model_label(cfg)} on {'llama.cpp' if on_llama else 'transformers'} ... "
-             f"({'about a second' if on_llama else 'this takes ~20 s on CPU'})")
+        note(
+            f"Loading {model_label(cfg)} on {'llama.cpp' if on_llama else 'transformers'} ... "
+            f"({'about a second' if on_llama else 'this takes ~20 s on CPU'})"
+        )
     else:
         note(f"Loading {model_label(cfg)} with backend {m.backend} on device {m.device} ...")
     started = time.perf_counter()
@@ -126,23 +131,39 @@ def guarded(body: Callable[[], int], verbose: bool = False) -> int:
 
 # --- the commands -------------------------------------------------------------------------------
 
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="A small bilingual ReAct agent for open-weight "
-                                     "chat models.", epilog="Run `tinyagent ask -h` for the options.")
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="A small bilingual ReAct agent for open-weight chat models.",
+        epilog="Run `tinyagent ask -h` for the options.",
+    )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="{ask,chat,web,serve,mcp-server,eval}")
     for name, text in (("ask", "answer one question"), ("chat", "a multi-turn session (stdin may be piped)")):
         p = sub.add_parser(name, help=text, description=text)
         if name == "ask":
             p.add_argument("question", nargs="+", help="the question (quotes optional)")
-            p.add_argument("--answer-schema", metavar="FILE.json", help="a JSON Schema the final answer must fit: "
-                           "asked for, sent back once when it does not fit, decoded within it when constrained; "
-                           "--json carries it as \"data\"")
+            p.add_argument(
+                "--answer-schema",
+                metavar="FILE.json",
+                help="a JSON Schema the final answer must fit: "
+                "asked for, sent back once when it does not fit, decoded within it when constrained; "
+                "--json carries it as \"data\"",
+            )
         else:
-            p.add_argument("--session", metavar="NAME", help="keep the conversation in the conversation store and "
-                           "go on with it next time (/sessions lists them, /forget deletes one)")
-            p.add_argument("--store", metavar="FILE", help="the conversation store (default: conversations.sqlite3 "
-                           "under $TINYAGENT_DATA, $XDG_DATA_HOME/tinyagent or ~/.local/share/tinyagent)")
+            p.add_argument(
+                "--session",
+                metavar="NAME",
+                help="keep the conversation in the conversation store and "
+                "go on with it next time (/sessions lists them, /forget deletes one)",
+            )
+            p.add_argument(
+                "--store",
+                metavar="FILE",
+                help="the conversation store (default: conversations.sqlite3 "
+                "under $TINYAGENT_DATA, $XDG_DATA_HOME/tinyagent or ~/.local/share/tinyagent)",
+            )
         add_model_options(p)
         out = p.add_argument_group("output")
         out.add_argument("--no-stream", action="store_true", help="print each step when it ends")
@@ -188,11 +209,9 @@ def _run(args: argparse.Namespace) -> int:
         tracing = configuration.start_tracing(cfg)
         trace = TraceWriter(args.trace) if args.trace else None
         if trace is not None:
-            trace.write({"event": "start", "command": args.command, "version": __version__,
-                         "config": cfg.to_dict()})
+            trace.write({"event": "start", "command": args.command, "version": __version__, "config": cfg.to_dict()})
         interactive = args.command == "chat" and sys.stdin.isatty()
-        reporter = Reporter(json_mode=args.json, stream=not args.no_stream, trace=trace,
-                            echo_question=not interactive)
+        reporter = Reporter(json_mode=args.json, stream=not args.no_stream, trace=trace, echo_question=not interactive)
         model = load_model(cfg)
         agent = configuration.build_agent(cfg, model, tools=tools, **reporter.callbacks())
         give_asker(agent.hooks, TerminalApprover(before=reporter.pause))
@@ -240,18 +259,29 @@ def web_page(args: argparse.Namespace, model=None) -> int:
         w = cfg.web
         if cfg.model.backend == "embedded":
             about += f"\n\n{EMBEDDED_NOTICE}"
-        chat_page = page.ChatPage(new_agent, about, max_question_chars=w.max_question_chars,
-                                  max_sessions=w.max_sessions, session_ttl=w.session_ttl, max_runs=w.max_runs,
-                                  store=store).build()
+        chat_page = page.ChatPage(
+            new_agent,
+            about,
+            max_question_chars=w.max_question_chars,
+            max_sessions=w.max_sessions,
+            session_ttl=w.session_ttl,
+            max_runs=w.max_runs,
+            store=store,
+        ).build()
         if auth is None and (args.share or not loopback(args.host)):
-            log.warning("the chat page is open to %s without a login: anyone there can use its model and tools. "
-                        "Add --auth USER (password from %s)", "anyone with the public link" if args.share else
-                        f"other machines ({args.host})", w.auth_password_env)
+            log.warning(
+                "the chat page is open to %s without a login: anyone there can use its model and tools. "
+                "Add --auth USER (password from %s)",
+                "anyone with the public link" if args.share else f"other machines ({args.host})",
+                w.auth_password_env,
+            )
         try:
             url, public = page.serve(chat_page, args.host, args.port, args.share, auth)
         except OSError as e:
-            raise LoadError(f"could not serve the page on {args.host}:{args.port}: the port is in use or not "
-                            f"allowed ({type(e).__name__}); choose another with --port") from e
+            raise LoadError(
+                f"could not serve the page on {args.host}:{args.port}: the port is in use or not "
+                f"allowed ({type(e).__name__}); choose another with --port"
+            ) from e
         note(f"Chat page at {url}" + (f" and {public}" if public else "") + " (Ctrl-C to stop)")
         chat_page.block_thread()
     finally:
@@ -286,8 +316,9 @@ def run_failed(result, verbose: bool = False) -> bool:
     return True
 
 
-def chat_loop(agent, reporter: Reporter, interactive: bool, verbose: bool = False,
-              session: tuple[SQLiteStore, str] | None = None) -> int:
+def chat_loop(
+    agent, reporter: Reporter, interactive: bool, verbose: bool = False, session: tuple[SQLiteStore, str] | None = None
+) -> int:
     """Read questions line by line until EOF or /exit; the agent keeps the conversation, and with a `session`
     (store, name) the store does too: its earlier turns first, each turn written once answered."""
     store, name = session or (None, None)

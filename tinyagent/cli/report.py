@@ -2,6 +2,7 @@
 
 Shared by the `tinyagent` command and run_demo.py, so both print steps the same way.
 """
+
 from __future__ import annotations
 
 import json
@@ -67,8 +68,9 @@ class Reporter:
     Pass `on_text` / `on_step` to the Agent; call `begin` before and `end` after each run.
     """
 
-    def __init__(self, json_mode: bool = False, stream: bool = True, trace: TraceWriter | None = None,
-                 echo_question: bool = True):
+    def __init__(
+        self, json_mode: bool = False, stream: bool = True, trace: TraceWriter | None = None, echo_question: bool = True
+    ):
         self.json_mode, self.stream, self.trace = json_mode, stream and not json_mode, trace
         self.echo_question = echo_question
         self.runs = 0
@@ -77,10 +79,10 @@ class Reporter:
     def _reset(self, question: str, lang: str, max_turns: int) -> None:
         self.question, self.lang, self.max_turns = question, lang, max_turns
         self.steps: list = []
-        self._line_open = False      # streamed text not yet ended by a newline
-        self._streamed = False       # the model streamed text for the current step
-        self._pending = ""           # streamed text held back while it may be the start of a secret
-        self._forced_shown = False   # the turn-cap prompt is printed before the forced answer
+        self._line_open = False  # streamed text not yet ended by a newline
+        self._streamed = False  # the model streamed text for the current step
+        self._pending = ""  # streamed text held back while it may be the start of a secret
+        self._forced_shown = False  # the turn-cap prompt is printed before the forced answer
 
     def _out(self, text: str) -> None:
         """Text for people on stdout: redacted, its control characters shown escaped (`escape_controls`), so
@@ -142,7 +144,9 @@ class Reporter:
         self._stream_out("", final=True)
         if not self._streamed:  # --no-stream, or a backend that does not stream
             forced = step.kind in (StepKind.FORCED_ANSWER, StepKind.NO_FORCED_ANSWER)
-            self._out((shipped().text("react.force_final", self.lang) + " " if forced else "") + step.text.lstrip(" ") + "\n")
+            self._out(
+                (shipped().text("react.force_final", self.lang) + " " if forced else "") + step.text.lstrip(" ") + "\n"
+            )
         elif self._line_open:
             self._out("\n")
         self._line_open = self._streamed = False
@@ -160,8 +164,9 @@ class Reporter:
         sources = answer_sources(result)
         if self.trace is not None:
             fields = {k: v for k, v in to_jsonable(result).items() if k != "steps"}
-            self.trace.write({"event": "result", "run": self.runs, **fields, "steps": len(result.steps),
-                              "sources": sources})
+            self.trace.write(
+                {"event": "result", "run": self.runs, **fields, "steps": len(result.steps), "sources": sources}
+            )
         if self.json_mode:
             print(dumps({**to_jsonable(result), "sources": sources}), flush=True)
             return
@@ -172,11 +177,16 @@ class Reporter:
     def interrupted(self) -> None:
         """Ctrl-C during a run: show and record what was done so far."""
         if self.trace is not None:
-            self.trace.write({"event": "interrupted", "run": self.runs, "question": self.question,
-                              "steps": len(self.steps)})
+            self.trace.write(
+                {"event": "interrupted", "run": self.runs, "question": self.question, "steps": len(self.steps)}
+            )
         if self.json_mode:
-            print(dumps({"question": self.question, "steps": self.steps, "finished": False,
-                         "stop_reason": "interrupted"}), flush=True)
+            print(
+                dumps(
+                    {"question": self.question, "steps": self.steps, "finished": False, "stop_reason": "interrupted"}
+                ),
+                flush=True,
+            )
             return
         self._stream_out("", final=True)
         self._out(("\n" if self._line_open else "") + f"{'-' * 40}\nInterrupted after {_steps(len(self.steps))}.\n")

@@ -10,6 +10,7 @@ What the person reads is what runs: the tool's name and arguments are shown with
 character, right-to-left override, directional isolate and zero-width character escaped (`\u202e`),
 so neither an escape sequence nor reordered text can make the call look like another.
 """
+
 from __future__ import annotations
 
 import io
@@ -18,9 +19,9 @@ import os
 from collections.abc import Callable
 
 from ..agent.approval import ApprovalRequest, Verdict
-from .report import note
 from ..redaction import redact
 from ..text import escape_controls
+from .report import note
 
 TTY = "/dev/tty"
 NO_TERMINAL = "it needs approval and there is no terminal to ask on"
@@ -39,8 +40,10 @@ class TerminalApprover:
         try:
             fd = os.open(self.tty, os.O_RDWR | os.O_NOCTTY)
         except OSError:
-            note(f"refused {request.name}: {NO_TERMINAL} (run on a terminal, or set agent.approve: "
-                 f"{{{request.name}: always}})")
+            note(
+                f"refused {request.name}: {NO_TERMINAL} (run on a terminal, or set agent.approve: "
+                f"{{{request.name}: always}})"
+            )
             return Verdict.refuse(NO_TERMINAL)
         with io.TextIOWrapper(io.FileIO(fd, "r+"), encoding="utf-8", errors="replace", line_buffering=True) as tty:
             return self._ask(tty, request)

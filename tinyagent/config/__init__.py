@@ -5,6 +5,7 @@
 - build.py: `build_model`, `build_tools`, `build_agent` (with its approval and tracing hooks), `start_tracing`,
   `stop_tracing`.
 """
+
 from .build import (
     build_agent,
     build_model,
@@ -17,19 +18,37 @@ from .build import (
 )
 from .load import load_config, model_overrides
 from .schema import (
-                     BACKENDS,
-                     DTYPES,
-                     LANGS,
-                     SERPER_KEY_ENV,
-                     TOOL_NAMES,
-                     AgentConfig,
-                     Config,
-                     ConfigError,
-                     GenerationConfig,
-                     ModelConfig,
+    BACKENDS,
+    DTYPES,
+    LANGS,
+    SERPER_KEY_ENV,
+    TOOL_NAMES,
+    AgentConfig,
+    Config,
+    ConfigError,
+    GenerationConfig,
+    ModelConfig,
 )
 
-__all__ = ["AgentConfig", "BACKENDS", "Config", "ConfigError", "DTYPES", "GenerationConfig", "LANGS", "ModelConfig",
-           "SERPER_KEY_ENV", "TOOL_NAMES", "build_agent", "build_model", "build_tools",
-           "close_tools", "embedded_runtime", "load_config", "model_overrides", "select_tools", "start_tracing",
-           "stop_tracing"]
+__all__ = [
+    "AgentConfig",
+    "BACKENDS",
+    "Config",
+    "ConfigError",
+    "DTYPES",
+    "GenerationConfig",
+    "LANGS",
+    "ModelConfig",
+    "SERPER_KEY_ENV",
+    "TOOL_NAMES",
+    "build_agent",
+    "build_model",
+    "build_tools",
+    "close_tools",
+    "embedded_runtime",
+    "load_config",
+    "model_overrides",
+    "select_tools",
+    "start_tracing",
+    "stop_tracing",
+]

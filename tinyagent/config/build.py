@@ -1,4 +1,5 @@
 """Building what a config names: the model, the tools (MCP servers started here), the agent."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,10 +28,15 @@ def build_model(cfg: Config):
     if cfg.agent.constrained and m.backend != "openai":  # fail before a slow load, not at the first step
         require_outlines()
     if m.trust_remote_code:
-        log.warning("trust_remote_code is on for %s: Python code from that model repository will run on "
-                    "this machine with your permissions. Use it only for repositories you trust.", m.path)
+        log.warning(
+            "trust_remote_code is on for %s: Python code from that model repository will run on "
+            "this machine with your permissions. Use it only for repositories you trust.",
+            m.path,
+        )
     local = {"max_batch": m.max_batch, **({"kept_prefixes": m.kept_prefixes} if m.kept_prefixes is not None else {})}
-    llama = {k: getattr(m, k) for k in ("context_window", "kv_cells", "threads", "weight_type") if getattr(m, k) is not None}
+    llama = {
+        k: getattr(m, k) for k in ("context_window", "kv_cells", "threads", "weight_type") if getattr(m, k) is not None
+    }
     if m.backend == "embedded":  # CPU unless a device is named: 135M parameters need no GPU
         device = {} if m.device == "auto" else {"device": m.device}
         runtime = embedded_runtime(cfg)
@@ -39,17 +45,34 @@ def build_model(cfg: Config):
     if m.backend == "llamacpp":
         return models.LlamaCppModel(gguf_path(m), **local, **llama, **gen)
     if m.backend == "hf":
-        return models.HFChatModel(m.path, device=m.device, dtype=m.dtype, gguf_file=m.gguf_file,
-                               trust_remote_code=m.trust_remote_code, **local, **gen)
+        return models.HFChatModel(
+            m.path,
+            device=m.device,
+            dtype=m.dtype,
+            gguf_file=m.gguf_file,
+            trust_remote_code=m.trust_remote_code,
+            **local,
+            **gen,
+        )
     if m.backend == "internlm2":
-        return models.InternLM2Chat(m.path, device=m.device, dtype=m.dtype,
-                                 trust_remote_code=m.trust_remote_code, **local, **gen)
+        return models.InternLM2Chat(
+            m.path, device=m.device, dtype=m.dtype, trust_remote_code=m.trust_remote_code, **local, **gen
+        )
     api_key = os.environ.get(m.api_key_env) if m.api_key_env else None
     register_secret(api_key)
-    return models.OpenAIChatModel(m.base_url, m.name, api_key=api_key, timeout=m.timeout,
-                               max_retries=m.max_retries, scratchpad=m.scratchpad,
-                               guided_decoding=m.guided_decoding, deadline=m.deadline,
-                               max_response_bytes=m.max_response_bytes, context_window=m.context_window, **gen)
+    return models.OpenAIChatModel(
+        m.base_url,
+        m.name,
+        api_key=api_key,
+        timeout=m.timeout,
+        max_retries=m.max_retries,
+        scratchpad=m.scratchpad,
+        guided_decoding=m.guided_decoding,
+        deadline=m.deadline,
+        max_response_bytes=m.max_response_bytes,
+        context_window=m.context_window,
+        **gen,
+    )
 
 
 def embedded_runtime(cfg: Config) -> str:
@@ -128,18 +151,23 @@ def build_agent(cfg: Config, model=None, tools: list | None = None, **agent_kwar
     model = model if model is not None else build_model(cfg)
     if cfg.agent.llm_fallback:
         tools.append(LLMTool(model, lang=None if cfg.agent.lang == "auto" else cfg.agent.lang))
-    kwargs = {**cfg.agent.agent_kwargs(), **cfg.generation_kwargs(),
-              "protocol": build_protocol(cfg, model),
-              "observations": Observations(max_chars=cfg.agent.max_observation_chars,
-                                           distill=cfg.agent.distill_observations), **agent_kwargs}
+    kwargs = {
+        **cfg.agent.agent_kwargs(),
+        **cfg.generation_kwargs(),
+        "protocol": build_protocol(cfg, model),
+        "observations": Observations(max_chars=cfg.agent.max_observation_chars, distill=cfg.agent.distill_observations),
+        **agent_kwargs,
+    }
     if cfg.agent.otel:
         kwargs["hooks"] = [*kwargs.get("hooks", []), telemetry.Tracing()]
     agent = Agent(model, tools, **kwargs)
     unknown = sorted(set(cfg.agent.approve) - set(agent.tools))
     if unknown:
         raise ConfigError(f"agent.approve: no tool named {', '.join(unknown)}; tools: {', '.join(agent.tools)}")
-    policy = {name: cfg.agent.approve.get(name) or (cfg.agent.approve_mcp if isinstance(t, mcp.MCPTool) else "always")
-              for name, t in agent.tools.items()}
+    policy = {
+        name: cfg.agent.approve.get(name) or (cfg.agent.approve_mcp if isinstance(t, mcp.MCPTool) else "always")
+        for name, t in agent.tools.items()
+    }
     if any(value != "always" for value in policy.values()):  # approval goes first: it sees every call
         agent.hooks.insert(0, Approver(None, policy, default="always"))
     return agent
@@ -155,8 +183,10 @@ def build_protocol(cfg: Config, model):
         settings["search_tool"] = cfg.agent.search_tool
     other = sorted(set(settings) - own)
     if other:
-        raise ConfigError(f"agent.{other[0]}: a setting of another protocol than {protocol.name} "
-                          f"(agent.protocol: {cfg.agent.protocol})")
+        raise ConfigError(
+            f"agent.{other[0]}: a setting of another protocol than {protocol.name} "
+            f"(agent.protocol: {cfg.agent.protocol})"
+        )
     try:
         return dataclasses.replace(protocol, **settings)
     except ValueError as e:

@@ -2,6 +2,7 @@
 
 Mistakes are `ConfigError`s whose one-line message names the file and the key.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,24 +25,14 @@ from ..models.openai import GUIDED_DECODING_FIELDS, SCRATCHPAD_MODES
 from ..redaction import register_args, register_secret, register_url
 from ..text import clip
 from ..tools.mcp.spec import spec_problem
-from .schema import (
-    APPROVALS,
-    BACKENDS,
-    DTYPES,
-    LANGS,
-    RUNTIMES,
-    SECTIONS,
-    TOOL_NAMES,
-    Config,
-    ConfigError,
-    ModelConfig,
-)
+from .schema import APPROVALS, BACKENDS, DTYPES, LANGS, RUNTIMES, SECTIONS, TOOL_NAMES, Config, ConfigError, ModelConfig
 
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 _HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")  # `name` or `org/name`
 
 
 # --- loading ---------------------------------------------------------------------------------
+
 
 def load_config(path: str | os.PathLike | None = None, overrides: dict | None = None) -> Config:
     """Read a YAML config (or the defaults when `path` is None), apply `overrides`, validate.
@@ -98,7 +89,7 @@ def _loader(yaml) -> type:
     class NoAliases(yaml.SafeLoader):
         def __init__(self, stream):
             super().__init__(stream)
-            self.keys: list[str] = []   # the keys of the node being composed, outermost first
+            self.keys: list[str] = []  # the keys of the node being composed, outermost first
 
         def compose_node(self, parent, index):
             self.keys.append(_key(index))
@@ -106,8 +97,10 @@ def _loader(yaml) -> type:
                 if self.check_event(yaml.AliasEvent):
                     event = self.peek_event()
                     where = "".join(self.keys).lstrip(".") or "the top level"
-                    raise _AliasRefused(f"{where}: YAML aliases (*{event.anchor}) are not allowed in a config "
-                                        f"(line {event.start_mark.line + 1}); write the value out")
+                    raise _AliasRefused(
+                        f"{where}: YAML aliases (*{event.anchor}) are not allowed in a config "
+                        f"(line {event.start_mark.line + 1}); write the value out"
+                    )
                 return super().compose_node(parent, index)
             finally:
                 self.keys.pop()
@@ -182,9 +175,16 @@ def _fits(value, hint) -> bool:
 
 
 def _describe(hint) -> str:
-    names = {str: "a string", int: "an integer", float: "a finite number", bool: "true or false",
-             type(None): "null", list[str]: "a list of strings",
-             list[dict]: "a list of mappings", dict[str, str]: "a mapping of names to strings"}
+    names = {
+        str: "a string",
+        int: "an integer",
+        float: "a finite number",
+        bool: "true or false",
+        type(None): "null",
+        list[str]: "a list of strings",
+        list[dict]: "a list of mappings",
+        dict[str, str]: "a mapping of names to strings",
+    }
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         return " or ".join(_describe(arg) for arg in typing.get_args(hint))
     return names.get(hint, str(hint))
@@ -196,34 +196,52 @@ def _show(value) -> str:
 
 # --- checking values ---------------------------------------------------------------------------
 
+
 def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
     m, g, a, w, v = cfg.model, cfg.generation, cfg.agent, cfg.web, cfg.serve
-    choices = {"model.backend": (m.backend, BACKENDS), "model.dtype": (m.dtype, DTYPES),
-               "model.runtime": (m.runtime, RUNTIMES), "model.weight_type": (m.weight_type, WEIGHT_TYPES),
-               "model.scratchpad": (m.scratchpad, SCRATCHPAD_MODES), "agent.lang": (a.lang, LANGS),
-               "agent.protocol": (a.protocol, PROTOCOLS), "agent.recheck": (a.recheck, (None, *RECHECKS)),
-               "agent.search": (a.search, (None, *SEARCHES)),
-               "model.guided_decoding": (m.guided_decoding, (None, *GUIDED_DECODING_FIELDS)),
-               "agent.approve_mcp": (a.approve_mcp, APPROVALS),
-               **{f"agent.approve.{name}": (value, APPROVALS) for name, value in a.approve.items()}}
+    choices = {
+        "model.backend": (m.backend, BACKENDS),
+        "model.dtype": (m.dtype, DTYPES),
+        "model.runtime": (m.runtime, RUNTIMES),
+        "model.weight_type": (m.weight_type, WEIGHT_TYPES),
+        "model.scratchpad": (m.scratchpad, SCRATCHPAD_MODES),
+        "agent.lang": (a.lang, LANGS),
+        "agent.protocol": (a.protocol, PROTOCOLS),
+        "agent.recheck": (a.recheck, (None, *RECHECKS)),
+        "agent.search": (a.search, (None, *SEARCHES)),
+        "model.guided_decoding": (m.guided_decoding, (None, *GUIDED_DECODING_FIELDS)),
+        "agent.approve_mcp": (a.approve_mcp, APPROVALS),
+        **{f"agent.approve.{name}": (value, APPROVALS) for name, value in a.approve.items()},
+    }
     for key, (value, valid) in choices.items():
         if value not in valid:
             _fail(where, key, f"{value!r} is not one of {', '.join(map(str, valid))}")
     if not _DEVICE.match(m.device):
         _fail(where, "model.device", f"{m.device!r} is not a device (auto, cpu, cuda, cuda:N, mps)")
-    minimums = {"agent.max_turns": (a.max_turns, 1), "generation.max_new_tokens": (g.max_new_tokens, 1),
-                "generation.temperature": (g.temperature, 0), "model.max_retries": (m.max_retries, 0),
-                "model.max_batch": (m.max_batch, 1), "model.kept_prefixes": (m.kept_prefixes, 0),
-                "model.context_window": (m.context_window, 16), "model.kv_cells": (m.kv_cells, 16),
-                "model.threads": (m.threads, 1),
-                "agent.max_observation_chars": (a.max_observation_chars, 1), "agent.max_calls": (a.max_calls, 1),
-                "generation.repetition_penalty": (g.repetition_penalty, 1), "generation.no_repeat_ngram_size":
-                (g.no_repeat_ngram_size, 1), "generation.max_line_tokens": (g.max_line_tokens, 1),
-                "model.max_response_bytes": (m.max_response_bytes, 1024),
-                "web.max_question_chars": (w.max_question_chars, 1), "web.max_sessions": (w.max_sessions, 1),
-                "web.max_runs": (w.max_runs, 1), "serve.max_runs": (v.max_runs, 1),
-                "serve.max_waiting": (v.max_waiting, 0), "serve.max_request_bytes": (v.max_request_bytes, 1024),
-                "serve.max_question_chars": (v.max_question_chars, 1)}
+    minimums = {
+        "agent.max_turns": (a.max_turns, 1),
+        "generation.max_new_tokens": (g.max_new_tokens, 1),
+        "generation.temperature": (g.temperature, 0),
+        "model.max_retries": (m.max_retries, 0),
+        "model.max_batch": (m.max_batch, 1),
+        "model.kept_prefixes": (m.kept_prefixes, 0),
+        "model.context_window": (m.context_window, 16),
+        "model.kv_cells": (m.kv_cells, 16),
+        "model.threads": (m.threads, 1),
+        "agent.max_observation_chars": (a.max_observation_chars, 1),
+        "agent.max_calls": (a.max_calls, 1),
+        "generation.repetition_penalty": (g.repetition_penalty, 1),
+        "generation.no_repeat_ngram_size": (g.no_repeat_ngram_size, 1),
+        "generation.max_line_tokens": (g.max_line_tokens, 1),
+        "model.max_response_bytes": (m.max_response_bytes, 1024),
+        "web.max_question_chars": (w.max_question_chars, 1),
+        "web.max_sessions": (w.max_sessions, 1),
+        "web.max_runs": (w.max_runs, 1),
+        "serve.max_runs": (v.max_runs, 1),
+        "serve.max_waiting": (v.max_waiting, 0),
+        "serve.max_request_bytes": (v.max_request_bytes, 1024),
+        "serve.max_question_chars": (v.max_question_chars, 1),
+    }
     for key, (value, least) in minimums.items():
         if value is not None and value < least:
             _fail(where, key, f"must be at least {least}, not {value}")
@@ -231,7 +249,11 @@ def _check_values(cfg: Config, where: typing.Callable[[str], str]) -> None:
         _fail(where, "model.context_window", f"{m.context_window} is more than model.kv_cells ({m.kv_cells}) can hold")
     if not 0 < g.top_p <= 1:
         _fail(where, "generation.top_p", f"must be in (0, 1], not {g.top_p}")
-    for key, seconds in (("model.timeout", m.timeout), ("model.deadline", m.deadline), ("web.session_ttl", w.session_ttl)):
+    for key, seconds in (
+        ("model.timeout", m.timeout),
+        ("model.deadline", m.deadline),
+        ("web.session_ttl", w.session_ttl),
+    ):
         if seconds <= 0:
             _fail(where, key, f"must be a positive number of seconds, not {seconds}")
     for name in a.tools:
@@ -291,8 +313,9 @@ def _check_mcp_servers(specs: list[dict], where: typing.Callable[[str], str]) ->
             register_secret(value if isinstance(value, str) else None)  # before any error or trace shows it
         if isinstance(spec, dict) and isinstance(spec.get("args"), list):
             secret_flags = spec.get("secret_args") if isinstance(spec.get("secret_args"), list) else []
-            register_args([a for a in spec["args"] if isinstance(a, str)],
-                          [f for f in secret_flags if isinstance(f, str)])
+            register_args(
+                [a for a in spec["args"] if isinstance(a, str)], [f for f in secret_flags if isinstance(f, str)]
+            )
         problem = spec_problem(spec)
         if problem:
             _fail(where, "agent.mcp_servers", f"entry {i + 1}: {problem}")
@@ -300,8 +323,12 @@ def _check_mcp_servers(specs: list[dict], where: typing.Callable[[str], str]) ->
 
 def _looks_local(path: str) -> bool:
     """True for what can only be a file-system path (a hub id is `org/name` or `name`)."""
-    return (Path(path).expanduser().exists() or path.startswith((".", "/", "~", "\\"))
-            or path.endswith(".gguf") or not _HUB_ID.match(path))
+    return (
+        Path(path).expanduser().exists()
+        or path.startswith((".", "/", "~", "\\"))
+        or path.endswith(".gguf")
+        or not _HUB_ID.match(path)
+    )
 
 
 def _fail(where: typing.Callable[[str], str], key: str, problem: str) -> typing.NoReturn:

@@ -6,6 +6,7 @@ also gets the fewest tokens to the end of its line and of the reply, computed on
 decoder (`constrained.py`) can keep every reply complete within its budgets. Compiling takes
 seconds; it is done once per (tokenizer, pattern) and cached.
 """
+
 from __future__ import annotations
 
 import functools
@@ -31,10 +32,10 @@ MAX_PATTERNS = 16  # compiled patterns kept per tokenizer (one per tool set, plu
 class Vocabulary:
     """A tokenizer's vocabulary as the automaton sees it: the text of each token id."""
 
-    core: object          # outlines_core.Vocabulary (special tokens left out: they are never text)
-    texts: list[str]      # token id -> its text (U+FFFD for part of a character); "" for special tokens
+    core: object  # outlines_core.Vocabulary (special tokens left out: they are never text)
+    texts: list[str]  # token id -> its text (U+FFFD for part of a character); "" for special tokens
     patterns: OrderedDict = field(default_factory=OrderedDict)  # pattern -> CompiledPattern
-    stop_candidates: dict = field(default_factory=dict)         # stop strings -> token ids that may end one
+    stop_candidates: dict = field(default_factory=dict)  # stop strings -> token ids that may end one
 
 
 @dataclass
@@ -44,18 +45,18 @@ class CompiledPattern:
     States are numbered 0..n-1 here (`engine_states[i]` is the engine's id of state i).
     """
 
-    index: object                 # outlines_core.Index
+    index: object  # outlines_core.Index
     engine_states: list[int]
     initial: int
-    final: object                 # numpy bool per state: the reply may end here
-    tokens: list                  # per state: numpy array of the token ids allowed (end-of-turn aside)
-    targets: list                 # per state: numpy array of the state each of those tokens leads to
-    ends_line: list               # per state: numpy bool per token, True when its text holds a newline
-    to_final: object              # numpy int per state: fewest tokens to reach a final state
-    to_line_end: object           # numpy int per state: fewest tokens to end the line (newline or end of turn)
-    worst_to_final: object        # numpy int per state: the largest to_final among its next states
-    worst_to_line_end: object     # the same for to_line_end, over tokens without a newline
-    seconds: float                # how long compiling took
+    final: object  # numpy bool per state: the reply may end here
+    tokens: list  # per state: numpy array of the token ids allowed (end-of-turn aside)
+    targets: list  # per state: numpy array of the state each of those tokens leads to
+    ends_line: list  # per state: numpy bool per token, True when its text holds a newline
+    to_final: object  # numpy int per state: fewest tokens to reach a final state
+    to_line_end: object  # numpy int per state: fewest tokens to end the line (newline or end of turn)
+    worst_to_final: object  # numpy int per state: the largest to_final among its next states
+    worst_to_line_end: object  # the same for to_line_end, over tokens without a newline
+    seconds: float  # how long compiling took
     masks: dict = field(default_factory=dict)  # (state, end ids, width[, device]) -> numpy [torch] mask, True = masked
 
 
@@ -63,8 +64,9 @@ _vocabularies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokeni
 _lock = threading.Lock()  # compiling takes seconds: one thread compiles, the others wait for its result
 
 
-def compile_pattern(tokenizer, pattern: str, markers: tuple[str, ...] = (),
-                    pieces: Pieces | None = None) -> tuple[Vocabulary, CompiledPattern]:
+def compile_pattern(
+    tokenizer, pattern: str, markers: tuple[str, ...] = (), pieces: Pieces | None = None
+) -> tuple[Vocabulary, CompiledPattern]:
     """The compiled automaton of `pattern` for `tokenizer`, from the cache when it was built before.
 
     `tokenizer` is a transformers tokenizer, or any object that keys the cache when `pieces` gives
@@ -103,15 +105,19 @@ def token_bytes(tokenizer, markers: tuple[str, ...] = ()) -> dict[int, bytes]:
     plain = [t for t in tokens if t not in added]
     byte_of = _byte_level_alphabet()
     if all(ch in byte_of for t in plain for ch in t):
+
         def to_bytes(t: str) -> bytes:
             return bytes(byte_of[ch] for ch in t)
     elif any("▁" in t for t in plain):
+
         def to_bytes(t: str) -> bytes:
             raw = _RAW_BYTE.fullmatch(t)
             return bytes([int(raw.group(1), 16)]) if raw else t.replace("▁", " ").encode()
     else:
+
         def to_bytes(t: str) -> bytes:
             return tokenizer.convert_tokens_to_string([t]).encode()
+
     pieces = {i: t.encode() if t in added else to_bytes(t) for t, i in tokens.items()}
     return {i: piece for i, piece in pieces.items() if piece}
 
@@ -122,8 +128,7 @@ _RAW_BYTE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 @functools.lru_cache(maxsize=1)
 def _byte_level_alphabet() -> dict[str, int]:
     """GPT-2's byte-level BPE alphabet: the character that stands for each byte."""
-    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-            *range(ord("®"), ord("ÿ") + 1)]
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     chars, extra = {b: chr(b) for b in kept}, 0
     for b in range(256):
         if b not in chars:
@@ -165,11 +170,25 @@ def _compile(vocab: Vocabulary, pattern: str) -> CompiledPattern:
     to_final = _fewest_tokens(targets, final, 0)
     to_line_end = _fewest_tokens(in_line, final | np.array([e.any() for e in ends_line], dtype=bool), 1)
     compiled = CompiledPattern(
-        index, engine_states, number[index.get_initial_state()], final, tokens, targets, ends_line,
-        to_final, to_line_end, np.array([to_final[t].max(initial=0) for t in targets]),
-        np.array([to_line_end[t].max(initial=0) for t in in_line]), time.perf_counter() - started)
-    log.info("compiled a constrained-decoding pattern (%d characters, %d states) in %.2f s",
-             len(pattern), len(engine_states), compiled.seconds)
+        index,
+        engine_states,
+        number[index.get_initial_state()],
+        final,
+        tokens,
+        targets,
+        ends_line,
+        to_final,
+        to_line_end,
+        np.array([to_final[t].max(initial=0) for t in targets]),
+        np.array([to_line_end[t].max(initial=0) for t in in_line]),
+        time.perf_counter() - started,
+    )
+    log.info(
+        "compiled a constrained-decoding pattern (%d characters, %d states) in %.2f s",
+        len(pattern),
+        len(engine_states),
+        compiled.seconds,
+    )
     return compiled
 
 

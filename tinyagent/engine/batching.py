@@ -32,6 +32,7 @@ hashing full blocks of a paged cache rather than keeping each conversation's cac
 This file runs a little over 300 lines: `Batcher` is one scheduler (admit, pass, choose, finish over
 the same request state), clearer whole than split.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -45,9 +46,9 @@ from .kept_prefixes import KeptPrefixes, copy_start
 from .prefix_cache import common_prefix_length, length_dependent_rope_limit
 from .slots import SlotPool
 
-SHARE_MIN = 64        # tokens a request must share with one in flight to copy its start rather than compute it
-PREFILL_CHUNK = 256   # prompt tokens per pass while other requests decode (bounds their stall: ~0.8 s on a 2-core CPU)
-PREFILL_MAX = 1024    # prompt tokens per pass when none decodes
+SHARE_MIN = 64  # tokens a request must share with one in flight to copy its start rather than compute it
+PREFILL_CHUNK = 256  # prompt tokens per pass while other requests decode (bounds their stall: ~0.8 s on a 2-core CPU)
+PREFILL_MAX = 1024  # prompt tokens per pass when none decodes
 
 log = logging.getLogger(__name__)
 
@@ -72,17 +73,17 @@ class Request:
     """One `generate` call in the batcher: its prompt, rules, and what it produced."""
 
     ids: list[int]
-    config: object            # GenerationConfig: max_new_tokens, do_sample, end ids
-    processors: object        # LogitsProcessorList, the generation config's and the caller's
-    stopping: list            # stopping criteria called with (ids so far, scores)
-    on_token: object          # callable(new ids) -> None, or None: streams the text
+    config: object  # GenerationConfig: max_new_tokens, do_sample, end ids
+    processors: object  # LogitsProcessorList, the generation config's and the caller's
+    stopping: list  # stopping criteria called with (ids so far, scores)
+    on_token: object  # callable(new ids) -> None, or None: streams the text
     new: list[int] = field(default_factory=list)
-    reused: int = 0           # prompt tokens taken from a kept cache or another request's
-    cache: object = None      # while prefilling: this request's batch-1 DynamicCache, holding `fed` tokens
-    slot: int | None = None   # while decoding: its slot of the batcher's SlotPool, holding `fed` tokens
+    reused: int = 0  # prompt tokens taken from a kept cache or another request's
+    cache: object = None  # while prefilling: this request's batch-1 DynamicCache, holding `fed` tokens
+    slot: int | None = None  # while decoding: its slot of the batcher's SlotPool, holding `fed` tokens
     fed: int = 0
     todo: list[int] = field(default_factory=list)  # tokens not yet fed: the prompt's rest, then the last chosen
-    sequence: object = None   # tensor [1, n]: prompt and new tokens, what processors and criteria see
+    sequence: object = None  # tensor [1, n]: prompt and new tokens, what processors and criteria see
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -102,15 +103,16 @@ class Batcher:
         self.prefixes = KeptPrefixes(model, kept, self.rope_limit)
         from transformers import DynamicCache
 
-        self.pool = SlotPool(len(DynamicCache(config=model.config).layers), max_batch,
-                             one_by_one=model.device.type == "cpu")
+        self.pool = SlotPool(
+            len(DynamicCache(config=model.config).layers), max_batch, one_by_one=model.device.type == "cpu"
+        )
         self._waiting: list[Request] = []
         self._worker: threading.Thread | None = None
         self._cond = threading.Condition()
         self._rows: list[Request] = []  # in flight, in arrival order
-        self.passes = 0         # forward passes that fed decoding requests
-        self.prefilled = 0      # prompt tokens fed (not taken from a kept cache)
-        self.stepped = 0        # decoding requests' tokens fed: one per request and pass
+        self.passes = 0  # forward passes that fed decoding requests
+        self.prefilled = 0  # prompt tokens fed (not taken from a kept cache)
+        self.stepped = 0  # decoding requests' tokens fed: one per request and pass
         self._closing = False
         _batchers.add(self)
 
@@ -182,7 +184,7 @@ class Batcher:
             if not self._start(r):
                 still.append(r)
             elif self._long(r):
-                still += self._waiting[i + 1:]
+                still += self._waiting[i + 1 :]
                 break
         self._waiting = still
 
@@ -202,13 +204,16 @@ class Batcher:
             return False
         try:
             if source is not None:
-                request.cache = (self.pool.take_out(source.slot, shared, self.model.config) if source.slot is not None
-                                 else copy_start(source.cache, shared, self.model.config))
+                request.cache = (
+                    self.pool.take_out(source.slot, shared, self.model.config)
+                    if source.slot is not None
+                    else copy_start(source.cache, shared, self.model.config)
+                )
                 request.reused = shared
                 self.prefixes.shared_tokens += shared
             else:
                 request.cache, request.reused = self.prefixes.take(request.ids)
-            request.fed, request.todo = request.reused, request.ids[request.reused:]
+            request.fed, request.todo = request.reused, request.ids[request.reused :]
             request.sequence = torch.tensor([request.ids], device=self.model.device)
         except BaseException as e:  # noqa: BLE001  (this request's failure, raised in its own thread)
             self._finish(request, e)
@@ -242,11 +247,14 @@ class Batcher:
             step = self.pool.step([r.slot for r in decoding]) if decoding else None
             with packed.running(packed.PackedPass(segments, self.pool, step)) as cache:
                 # a 4D mask is taken as given: transformers builds none (attention is per request)
-                logits = self.model(input_ids=torch.tensor([tokens], device=device),
-                                    position_ids=torch.tensor([positions], device=device),
-                                    attention_mask=torch.ones(1, 1, 1, 1, dtype=torch.bool, device=device),
-                                    cache=cache, use_cache=True,
-                                    logits_to_keep=torch.tensor(last, dtype=torch.long, device=device)).logits[0]
+                logits = self.model(
+                    input_ids=torch.tensor([tokens], device=device),
+                    position_ids=torch.tensor([positions], device=device),
+                    attention_mask=torch.ones(1, 1, 1, 1, dtype=torch.bool, device=device),
+                    cache=cache,
+                    use_cache=True,
+                    logits_to_keep=torch.tensor(last, dtype=torch.long, device=device),
+                ).logits[0]
         except BaseException as e:
             for r, _ in fed:  # their caches may hold part of this pass: not kept
                 r.cache = None
@@ -263,7 +271,7 @@ class Batcher:
             if r.todo:
                 continue
             try:
-                token, ended = self._choose(r, logits[row:row + 1])
+                token, ended = self._choose(r, logits[row : row + 1])
                 if not ended and r.slot is None:  # its prompt is in: it decodes from its slot from now on
                     r.slot, r.cache = self.pool.add(r.cache), None
             except BaseException as e:  # noqa: BLE001  (this request's failure only)
@@ -289,9 +297,11 @@ class Batcher:
         if request.on_token is not None:
             request.on_token(request.new)
         eos = request.config.eos_token_id
-        return token, (token in (eos if isinstance(eos, (list, tuple)) else [eos])
-                       or len(request.new) >= request.config.max_new_tokens
-                       or any(bool(c(request.sequence, scores).any()) for c in request.stopping))
+        return token, (
+            token in (eos if isinstance(eos, (list, tuple)) else [eos])
+            or len(request.new) >= request.config.max_new_tokens
+            or any(bool(c(request.sequence, scores).any()) for c in request.stopping)
+        )
 
     def _finish(self, request: Request, error: BaseException | None) -> None:
         """Keep the request's cache (unless it failed), free its slot, and wake its caller."""

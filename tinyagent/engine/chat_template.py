@@ -6,6 +6,7 @@ the prompt opens a new assistant turn and appends the scratchpad raw. `template_
 template string (a GGUF file's `tokenizer.chat_template`) with transformers' own Jinja renderer, so
 a file gives the same prompt text under llama.cpp as under transformers.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -39,11 +40,20 @@ def template_renderer(template: str, **special_tokens: str) -> Apply:
     eos_token) are its variables."""
     from transformers.utils.chat_template_utils import render_jinja_template
 
-    def apply(messages: list[Message], add_generation_prompt: bool, continue_final_message: bool,
-              tools: list[dict] | None = None) -> str:
-        rendered, _ = render_jinja_template([list(messages)], chat_template=template, tools=tools or None,
-                                            add_generation_prompt=add_generation_prompt,
-                                            continue_final_message=continue_final_message, **special_tokens)
+    def apply(
+        messages: list[Message],
+        add_generation_prompt: bool,
+        continue_final_message: bool,
+        tools: list[dict] | None = None,
+    ) -> str:
+        rendered, _ = render_jinja_template(
+            [list(messages)],
+            chat_template=template,
+            tools=tools or None,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message,
+            **special_tokens,
+        )
         return rendered[0]
 
     return apply

@@ -15,6 +15,7 @@ Three more rules make every reply complete and finite, whatever the weights pref
 The budgets use, per automaton state, the fewest tokens to the end of the line and of the reply,
 computed once when the pattern is compiled.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -28,8 +29,16 @@ log = logging.getLogger(__name__)
 
 # --- decoding -----------------------------------------------------------------------------------
 
-def step_processor(tokenizer, fmt: StepFormat, *, end_ids: list[int], max_new_tokens: int,
-                   stop: list[str] | None = None, pieces: Pieces | None = None) -> StepProcessor:
+
+def step_processor(
+    tokenizer,
+    fmt: StepFormat,
+    *,
+    end_ids: list[int],
+    max_new_tokens: int,
+    stop: list[str] | None = None,
+    pieces: Pieces | None = None,
+) -> StepProcessor:
     """A fresh logits processor for one `generate` call that keeps the reply in `fmt` (`pieces`: see
     `automaton.compile_pattern`)."""
     markers = ()
@@ -38,8 +47,12 @@ def step_processor(tokenizer, fmt: StepFormat, *, end_ids: list[int], max_new_to
     vocab, compiled = compile_pattern(tokenizer, pattern_of(fmt), markers, pieces)
     shortest = int(compiled.to_final[compiled.initial])
     if max_new_tokens < shortest:
-        log.warning("max_new_tokens=%d is too few for any complete constrained reply (the shortest takes %d "
-                    "tokens): the reply will be cut", max_new_tokens, shortest)
+        log.warning(
+            "max_new_tokens=%d is too few for any complete constrained reply (the shortest takes %d "
+            "tokens): the reply will be cut",
+            max_new_tokens,
+            shortest,
+        )
     return StepProcessor(vocab, compiled, end_ids, max_new_tokens, fmt.max_line_tokens, stop or [])
 
 
@@ -51,8 +64,15 @@ class StepProcessor:
     current state, the tokens used in the reply and in its current line, and the last characters.
     """
 
-    def __init__(self, vocab: Vocabulary, compiled: CompiledPattern, end_ids: list[int], max_new_tokens: int,
-                 max_line_tokens: int, stop: list[str]):
+    def __init__(
+        self,
+        vocab: Vocabulary,
+        compiled: CompiledPattern,
+        end_ids: list[int],
+        max_new_tokens: int,
+        max_line_tokens: int,
+        stop: list[str],
+    ):
         self.vocab, self.compiled = vocab, compiled
         self.end_ids = tuple(sorted(set(end_ids)))
         self.max_new_tokens, self.max_line_tokens = max_new_tokens, max_line_tokens

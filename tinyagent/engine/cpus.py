@@ -8,6 +8,7 @@ arithmetic units and help little, so the count starts from physical cores (llama
 by this process's CPU affinity and a cgroup CPU quota, then takes away the cores the 1-minute load average
 says are busy (rounded up: a half-busy core still stalls a barrier).
 """
+
 from __future__ import annotations
 
 import math
@@ -33,7 +34,9 @@ def physical_cores(cpus: set[int] | None = None, sys_cpu: Path = SYS_CPU) -> int
     for cpu in cpus:
         topology = sys_cpu / f"cpu{cpu}" / "topology"
         try:
-            cores.add(((topology / "physical_package_id").read_text().strip(), (topology / "core_id").read_text().strip()))
+            cores.add(
+                ((topology / "physical_package_id").read_text().strip(), (topology / "core_id").read_text().strip())
+            )
         except OSError:
             return max(1, len(cpus))
     return max(1, len(cores))

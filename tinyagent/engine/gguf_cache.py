@@ -10,6 +10,7 @@ transformers version, so a changed file (or a transformers upgrade) gets a fresh
 written to a temporary folder and renamed into place, so two processes converting at once never
 leave a half-written entry: the first rename wins and the other copy is dropped.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -76,14 +77,23 @@ def cached_folder(gguf_path: Path) -> Path | None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     _drop_older_entries(gguf_path, target)
-    log.warning("converted %s once and cached it in %s (%.0f MB; set %s to move it); later starts load "
-                "from there", gguf_path.name, target, folder_size(target) / 1e6, ENV_VAR)
+    log.warning(
+        "converted %s once and cached it in %s (%.0f MB; set %s to move it); later starts load from there",
+        gguf_path.name,
+        target,
+        folder_size(target) / 1e6,
+        ENV_VAR,
+    )
     return target
 
 
 def _not_writable(target: Path, gguf_path: Path, error: OSError) -> None:
-    log.warning("cannot write the model cache in %s (%s): converting %s at every start",
-                target.parent, error.strerror or error, gguf_path.name)
+    log.warning(
+        "cannot write the model cache in %s (%s): converting %s at every start",
+        target.parent,
+        error.strerror or error,
+        gguf_path.name,
+    )
 
 
 def _convert(gguf_path: Path, folder: Path) -> None:

@@ -3,6 +3,7 @@
 InternLM2 is Llama with other tensor names and a packed query/key/value projection, so the
 weights are renamed and unpacked onto `LlamaForCausalLM`.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,10 @@ _RENAMES = [
     (r"^output\.", "lm_head."),
 ]
 _WQKV = re.compile(r"^(model\.layers\.\d+)\.attention\.wqkv\.(weight|bias)$")
-_KNOWN = re.compile(r"^(model\.(embed_tokens|norm|layers\.\d+\."
-                    r"(self_attn|mlp|input_layernorm|post_attention_layernorm))|lm_head)\.")
+_KNOWN = re.compile(
+    r"^(model\.(embed_tokens|norm|layers\.\d+\."
+    r"(self_attn|mlp|input_layernorm|post_attention_layernorm))|lm_head)\."
+)
 
 
 def llama_config(config: dict):
@@ -43,14 +46,21 @@ def llama_config(config: dict):
             raise ValueError(f"unsupported InternLM2 rope_scaling {scaling!r} (dynamic and linear are supported)")
         rope.update(rope_type=kind, factor=float(scaling["factor"]))
     return LlamaConfig(
-        vocab_size=config["vocab_size"], hidden_size=config["hidden_size"],
-        intermediate_size=config["intermediate_size"], num_hidden_layers=config["num_hidden_layers"],
-        num_attention_heads=heads, num_key_value_heads=config.get("num_key_value_heads") or heads,
-        head_dim=config["hidden_size"] // heads, hidden_act=config.get("hidden_act", "silu"),
+        vocab_size=config["vocab_size"],
+        hidden_size=config["hidden_size"],
+        intermediate_size=config["intermediate_size"],
+        num_hidden_layers=config["num_hidden_layers"],
+        num_attention_heads=heads,
+        num_key_value_heads=config.get("num_key_value_heads") or heads,
+        head_dim=config["hidden_size"] // heads,
+        hidden_act=config.get("hidden_act", "silu"),
         max_position_embeddings=config.get("max_position_embeddings", 2048),
-        rms_norm_eps=config.get("rms_norm_eps", 1e-6), attention_bias=bool(config.get("bias", False)),
-        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)), rope_parameters=rope,
-        bos_token_id=config.get("bos_token_id", 1), eos_token_id=config.get("eos_token_id", 2),
+        rms_norm_eps=config.get("rms_norm_eps", 1e-6),
+        attention_bias=bool(config.get("bias", False)),
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        rope_parameters=rope,
+        bos_token_id=config.get("bos_token_id", 1),
+        eos_token_id=config.get("eos_token_id", 2),
         pad_token_id=config.get("pad_token_id"),
     )
 
@@ -60,8 +70,11 @@ def split_wqkv(tensor, kv_heads: int, head_dim: int):
     per key/value head, its `groups` query heads, then the key head, then the value head."""
     rest = tensor.shape[1:]
     packed = tensor.reshape(kv_heads, -1, head_dim, *rest)
-    return (packed[:, :-2].reshape(-1, *rest).contiguous(), packed[:, -2].reshape(-1, *rest).contiguous(),
-            packed[:, -1].reshape(-1, *rest).contiguous())
+    return (
+        packed[:, :-2].reshape(-1, *rest).contiguous(),
+        packed[:, -2].reshape(-1, *rest).contiguous(),
+        packed[:, -1].reshape(-1, *rest).contiguous(),
+    )
 
 
 def convert_state_dict(weights: dict, config, dtype=None) -> dict:
@@ -98,11 +111,18 @@ def read_weights(folder: Path) -> dict:
     import torch
     from safetensors.torch import load_file
 
-    for index_name, single in (("model.safetensors.index.json", "model.safetensors"),
-                               ("pytorch_model.bin.index.json", "pytorch_model.bin")):
+    for index_name, single in (
+        ("model.safetensors.index.json", "model.safetensors"),
+        ("pytorch_model.bin.index.json", "pytorch_model.bin"),
+    ):
         index = folder / index_name
-        files = (sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file()
-                 else [single] if (folder / single).is_file() else [])
+        files = (
+            sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            if index.is_file()
+            else [single]
+            if (folder / single).is_file()
+            else []
+        )
         if files:
             break
     else:
@@ -110,8 +130,11 @@ def read_weights(folder: Path) -> dict:
     weights: dict = {}
     for file in files:
         path = folder / file
-        weights.update(load_file(str(path)) if file.endswith(".safetensors")
-                       else torch.load(path, map_location="cpu", weights_only=True, mmap=True))
+        weights.update(
+            load_file(str(path))
+            if file.endswith(".safetensors")
+            else torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        )
     return weights
 
 
@@ -136,11 +159,14 @@ def load_internlm2(path_or_id: str, device: str = "auto", dtype="auto"):
     tokenizer = load_internlm2_tokenizer(folder)
     device_map, torch_dtype = placement(device, dtype)
     weights = convert_state_dict(read_weights(folder), config, torch_dtype)
-    model = LlamaForCausalLM.from_pretrained(None, config=config, state_dict=weights, dtype=torch_dtype,
-                                             device_map=device_map)
+    model = LlamaForCausalLM.from_pretrained(
+        None, config=config, state_dict=weights, dtype=torch_dtype, device_map=device_map
+    )
     del weights
     model.generation_config = GenerationConfig(
-        bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
-        pad_token_id=config.pad_token_id if config.pad_token_id is not None else config.eos_token_id)
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        pad_token_id=config.pad_token_id if config.pad_token_id is not None else config.eos_token_id,
+    )
     model.eval()
     return model, tokenizer

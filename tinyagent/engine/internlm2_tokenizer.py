@@ -4,6 +4,7 @@ Text between special tokens is encoded by sentencepiece exactly as the original 
 the special tokens, their ids, and whether a BOS token is prepended come from the checkpoint's
 tokenizer_config.json (and special_tokens_map.json), not from constants here.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,22 +53,36 @@ def load_internlm2_tokenizer(folder: str | Path):
     for key, default in (("bos_token", "<s>"), ("eos_token", "</s>"), ("unk_token", "<unk>"), ("pad_token", None)):
         names[key] = _content(config.get(key)) or _content(special_map.get(key)) or default
     added = {
-        int(index): AddedToken(entry["content"], special=entry.get("special", True),
-                               lstrip=entry.get("lstrip", False), rstrip=entry.get("rstrip", False),
-                               normalized=entry.get("normalized", False), single_word=entry.get("single_word", False))
+        int(index): AddedToken(
+            entry["content"],
+            special=entry.get("special", True),
+            lstrip=entry.get("lstrip", False),
+            rstrip=entry.get("rstrip", False),
+            normalized=entry.get("normalized", False),
+            single_word=entry.get("single_word", False),
+        )
         for index, entry in config.get("added_tokens_decoder", {}).items()
     }
-    extra = [_content(t) for t in config.get("additional_special_tokens") or special_map.get(
-        "additional_special_tokens") or []]
+    extra = [
+        _content(t)
+        for t in config.get("additional_special_tokens") or special_map.get("additional_special_tokens") or []
+    ]
     extra += [t.content for t in added.values() if t.special and t.content not in extra]
     extra = [t for t in extra if t not in names.values()]
     add_bos, add_eos = config.get("add_bos_token", True), config.get("add_eos_token", False)
     pattern = {(True, False): "bos", (True, True): "bos_eos", (False, True): "eos"}.get((add_bos, add_eos), "none")
     tokenizer = InternLM2Tokenizer(
-        vocab_file=str(model_file), added_tokens_decoder=added, extra_special_tokens=extra,
-        special_tokens_pattern=pattern, clean_up_tokenization_spaces=False, **names)
+        vocab_file=str(model_file),
+        added_tokens_decoder=added,
+        extra_special_tokens=extra,
+        special_tokens_pattern=pattern,
+        clean_up_tokenization_spaces=False,
+        **names,
+    )
     for index, token in added.items():
         if tokenizer.convert_tokens_to_ids(token.content) != index:
-            raise ValueError(f"{folder}: special token {token.content!r} should have id {index}, "
-                             f"but the tokenizer gives {tokenizer.convert_tokens_to_ids(token.content)}")
+            raise ValueError(
+                f"{folder}: special token {token.content!r} should have id {index}, "
+                f"but the tokenizer gives {tokenizer.convert_tokens_to_ids(token.content)}"
+            )
     return tokenizer

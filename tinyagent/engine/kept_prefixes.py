@@ -11,6 +11,7 @@ attention reads its cache as one tensor per layer (packed.py), with no blocks th
 requests could share. Only full-attention `DynamicLayer` caches are kept here (see
 `batching.supports`).
 """
+
 from __future__ import annotations
 
 import threading

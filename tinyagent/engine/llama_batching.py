@@ -20,6 +20,7 @@ computing it again. Each sequence has a stream of cells of its own, as long as t
 request that fits the window always has room; a new conversation takes an idle sequence, the least
 recently used first.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -47,22 +48,22 @@ class Request:
 
     ids: list[int]
     chooser: ReplyChooser
-    budget: int                      # most tokens to generate
+    budget: int  # most tokens to generate
     stop: list[str]
     end_ids: frozenset[int]
-    piece: object                    # token -> bytes
+    piece: object  # token -> bytes
     holdback: StopHoldback | None = None
     cancel: threading.Event | None = None
     reuse: bool = True
     seq: int | None = None
-    reused: int = 0                  # prompt tokens the cache held already
-    fed: int = 0                     # positions of `seq` holding this request's tokens
+    reused: int = 0  # prompt tokens the cache held already
+    fed: int = 0  # positions of `seq` holding this request's tokens
     todo: list[int] = field(default_factory=list)  # not fed yet: the prompt's rest, then the last chosen token
     new: list[int] = field(default_factory=list)
     reply: PieceText | None = None
     text: str = ""
     error: BaseException | None = None
-    left: bool = False               # the caller stopped waiting (it was interrupted, or its stream failed)
+    left: bool = False  # the caller stopped waiting (it was interrupted, or its stream failed)
     done: threading.Event = field(default_factory=threading.Event)
     texts: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)  # each text so far, then None: the stream
 
@@ -183,15 +184,21 @@ class LlamaBatcher:
                 still.append(r)
                 continue
             r.seq, r.reused = taken
-            r.fed, r.todo = r.reused, r.ids[r.reused:]
+            r.fed, r.todo = r.reused, r.ids[r.reused :]
             self._rows.append(r)
         self._waiting = still
 
     def _reading_its_start(self, request: Request) -> bool:
         if not request.reuse:
             return False
-        coming = max((min(common_prefix_length(other.ids, request.ids), len(request.ids) - 2)
-                      for other in self._rows if other.fed < len(other.ids)), default=0)
+        coming = max(
+            (
+                min(common_prefix_length(other.ids, request.ids), len(request.ids) - 2)
+                for other in self._rows
+                if other.fed < len(other.ids)
+            ),
+            default=0,
+        )
         return coming >= SHARE_MIN and coming >= self.pool.shared(request.ids, leave=2) + SHARE_MIN
 
     def _pass(self) -> None:
@@ -207,8 +214,13 @@ class LlamaBatcher:
         code = self._decode(plan)
         if code == 1:  # no free cell in a stream: cannot happen within the context window, but never a hang
             newest = max((r for r, _ in plan), key=self._rows.index)
-            self._finish(newest, RuntimeError(f"llama.cpp's KV cache is full (a conversation holds "
-                                              f"{self.runtime.context_window} cells)"), keep=False)
+            self._finish(
+                newest,
+                RuntimeError(
+                    f"llama.cpp's KV cache is full (a conversation holds {self.runtime.context_window} cells)"
+                ),
+                keep=False,
+            )
             return
         if code != 0:
             error = RuntimeError(f"llama_decode failed (code {code})")

@@ -10,6 +10,7 @@ here, next to llama.cpp's own counters (`perf`). Errors a user can cause (no fil
 cannot read, settings that cannot work together, a prompt past the context window) are one-line
 `ValueError`s / `FileNotFoundError`s.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -24,10 +25,12 @@ from pathlib import Path
 from . import llama_weights
 from .cpus import default_threads
 
-INSTALL_HINT = ("the llama.cpp backend needs llama-cpp-python: pip install 'tinyagent[llamacpp]' (its first "
-                "install builds llama.cpp from source: about 10 minutes on 2 cores)")
-MAX_CONTEXT = 32768   # KV cells of all sequences together by default (they cost memory up front)
-PREFILL_CHUNK = 512   # prompt tokens per llama_decode call (cancel is checked between chunks)
+INSTALL_HINT = (
+    "the llama.cpp backend needs llama-cpp-python: pip install 'tinyagent[llamacpp]' (its first "
+    "install builds llama.cpp from source: about 10 minutes on 2 cores)"
+)
+MAX_CONTEXT = 32768  # KV cells of all sequences together by default (they cost memory up front)
+PREFILL_CHUNK = 512  # prompt tokens per llama_decode call (cancel is checked between chunks)
 FLASH_ATTENTION = False  # see docs/engine.md, "llama.cpp": measured both ways
 
 log = logging.getLogger(__name__)
@@ -65,13 +68,13 @@ def _library():
 class Counters:
     """What went through the model: tokens fed (prompt chunks and one-token steps) and their time."""
 
-    calls: int = 0              # llama_decode calls (forward passes)
-    prompt_tokens: int = 0      # tokens fed in passes of more than one token
-    single_passes: int = 0      # passes of one token (each decoded token fed back, or a one-token prompt rest)
+    calls: int = 0  # llama_decode calls (forward passes)
+    prompt_tokens: int = 0  # tokens fed in passes of more than one token
+    single_passes: int = 0  # passes of one token (each decoded token fed back, or a one-token prompt rest)
     single_seconds: float = 0.0
-    seconds: float = 0.0        # all llama_decode time
-    decode_passes: int = 0      # passes carrying at least one generating sequence's token
-    decode_rows: int = 0        # generating sequences' tokens fed in them (one per sequence and pass)
+    seconds: float = 0.0  # all llama_decode time
+    decode_passes: int = 0  # passes carrying at least one generating sequence's token
+    decode_rows: int = 0  # generating sequences' tokens fed in them (one per sequence and pass)
 
     @property
     def fed(self) -> int:
@@ -97,8 +100,15 @@ class LlamaRuntime:
     sequence's cells (masked), so one agent's step slows with each conversation kept beside it, and a pass of
     several agents' tokens costs several times one (measured: docs/engine.md, "llama.cpp")."""
 
-    def __init__(self, path: str | os.PathLike, context_window: int | None = None, sequences: int = 1,
-                 threads: int | None = None, kv_cells: int | None = None, weight_type: str = "auto"):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        context_window: int | None = None,
+        sequences: int = 1,
+        threads: int | None = None,
+        kv_cells: int | None = None,
+        weight_type: str = "auto",
+    ):
         self.path = Path(path).expanduser()
         if not self.path.is_file():
             raise FileNotFoundError(f"no such GGUF file: {self.path}")
@@ -118,9 +128,11 @@ class LlamaRuntime:
             window = context_window or max(1, kv_cells // sequences)
             if window * sequences > kv_cells:
                 lib.llama_model_free(self.model)
-                raise ValueError(f"{sequences} conversations of context_window {window} need {window * sequences} "
-                                 f"kv_cells, more than {kv_cells}: set more kv_cells, a smaller context_window, or "
-                                 "a smaller max_batch")
+                raise ValueError(
+                    f"{sequences} conversations of context_window {window} need {window * sequences} "
+                    f"kv_cells, more than {kv_cells}: set more kv_cells, a smaller context_window, or "
+                    "a smaller max_batch"
+                )
         else:
             window = context_window or min(trained, max(256, MAX_CONTEXT // sequences))
             kv_cells = window * sequences
@@ -129,15 +141,18 @@ class LlamaRuntime:
         ctx_params.n_batch = ctx_params.n_ubatch = PREFILL_CHUNK
         ctx_params.n_seq_max = sequences
         ctx_params.kv_unified = False  # a stream of cells per sequence (see the class docstring)
-        ctx_params.flash_attn_type = (lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if FLASH_ATTENTION
-                                      else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+        ctx_params.flash_attn_type = (
+            lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if FLASH_ATTENTION else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
         ctx_params.n_threads = ctx_params.n_threads_batch = self.threads
         ctx_params.no_perf = False  # keep llama.cpp's own timings (`perf`)
         self.ctx = lib.llama_init_from_model(self.model, ctx_params)
         if not self.ctx:
             lib.llama_model_free(self.model)
-            raise ValueError(f"{self.path}: llama.cpp could not make a KV cache of {self.kv_cells} cells "
-                             "(out of memory? set a smaller context_window or kv_cells)")
+            raise ValueError(
+                f"{self.path}: llama.cpp could not make a KV cache of {self.kv_cells} cells "
+                "(out of memory? set a smaller context_window or kv_cells)"
+            )
         self.sequences = sequences
         self.kv_cells = int(lib.llama_n_ctx(self.ctx))  # llama.cpp rounds a stream up to a multiple of 256
         self.context_window = int(min(window, lib.llama_n_ctx_seq(self.ctx)))
@@ -168,8 +183,10 @@ class LlamaRuntime:
         self.weights_path = self.path
         model = lib.llama_model_load_from_file(str(self.path).encode(), params)
         if not model:
-            raise ValueError(f"{self.path}: not a GGUF model llama.cpp can load (truncated or corrupt, or an "
-                             "architecture this llama.cpp does not know)")
+            raise ValueError(
+                f"{self.path}: not a GGUF model llama.cpp can load (truncated or corrupt, or an "
+                "architecture this llama.cpp does not know)"
+            )
         return model
 
     def close(self) -> None:
@@ -302,8 +319,11 @@ class LlamaRuntime:
                 return None
             code = self.decode([(token, start + at + i, seq, i == len(chunk) - 1) for i, token in enumerate(chunk)])
             if code != 0:
-                raise RuntimeError(f"llama.cpp's KV cache is full (a conversation holds {self.context_window} cells)"
-                                   if code == 1 else f"llama_decode failed (code {code})")
+                raise RuntimeError(
+                    f"llama.cpp's KV cache is full (a conversation holds {self.context_window} cells)"
+                    if code == 1
+                    else f"llama_decode failed (code {code})"
+                )
         return self.logits(-1)
 
     def perf(self) -> dict:
@@ -311,7 +331,9 @@ class LlamaRuntime:
         llama.cpp reports a count of 0 as 1 (it divides by them), so a count is 0 until this runtime made such
         a pass."""
         data = self.lib.llama_perf_context(self.ctx)
-        return {"prompt_tokens": data.n_p_eval if self.counters.prompt_tokens else 0,
-                "eval_tokens": data.n_eval if self.counters.single_passes else 0,
-                "prompt_ms": data.t_p_eval_ms, "eval_ms": data.t_eval_ms}
-
+        return {
+            "prompt_tokens": data.n_p_eval if self.counters.prompt_tokens else 0,
+            "eval_tokens": data.n_eval if self.counters.single_passes else 0,
+            "prompt_ms": data.t_p_eval_ms,
+            "eval_ms": data.t_eval_ms,
+        }

@@ -12,6 +12,7 @@ llama-cpp-python's version. It is written under a temporary name and renamed int
 JSON record beside it written last; an entry without its record, or whose size differs from the record,
 or that llama.cpp cannot load, is converted again.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,9 +30,26 @@ log = logging.getLogger(__name__)
 
 FORMAT = 1
 #: llama_ftype numbers (llama.h) of the types this module names.
-FTYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "q2_k": 10, "q3_k_s": 11,
-          "q3_k_m": 12, "q3_k_l": 13, "q4_k_s": 14, "q4_k_m": 15, "q5_k_s": 16, "q5_k_m": 17, "q6_k": 18,
-          "iq4_nl": 25, "bf16": 32}
+FTYPES = {
+    "f32": 0,
+    "f16": 1,
+    "q4_0": 2,
+    "q4_1": 3,
+    "q8_0": 7,
+    "q5_0": 8,
+    "q5_1": 9,
+    "q2_k": 10,
+    "q3_k_s": 11,
+    "q3_k_m": 12,
+    "q3_k_l": 13,
+    "q4_k_s": 14,
+    "q4_k_m": 15,
+    "q5_k_s": 16,
+    "q5_k_m": 17,
+    "q6_k": 18,
+    "iq4_nl": 25,
+    "bf16": 32,
+}
 NAMES = {number: name for name, number in FTYPES.items()}
 #: The types `weight_type` may ask for: what llama.cpp's CPU kernels run fast (module docstring).
 TARGETS = ("q8_0", "q4_0", "f16", "bf16")
@@ -44,8 +62,9 @@ WEIGHT_TYPES = ("auto", "file", *TARGETS)
 def cpu_flags(lib) -> set[str]:
     """The CPU features llama.cpp's CPU backend was built for and found (`llama_print_system_info`)."""
     info = lib.llama_print_system_info().decode(errors="replace")
-    return {part.split("=")[0].split(":")[-1].strip().lower() for part in info.split("|")
-            if part.strip().endswith("= 1")}
+    return {
+        part.split("=")[0].split(":")[-1].strip().lower() for part in info.split("|") if part.strip().endswith("= 1")
+    }
 
 
 def auto_type(source: str | None, flags: set[str]) -> str | None:
@@ -112,6 +131,7 @@ def _skip(f, kind: int) -> None:
 
 # --- the cache ----------------------------------------------------------------------------------
 
+
 def entry_path(source: Path, target: str, version: str) -> Path:
     """Where the conversion of `source` (as it is now) to `target` is cached."""
     stat = source.stat()
@@ -154,8 +174,13 @@ def convert(lib, source: Path, target: str, threads: int) -> Path | None:
         handle, scratch = tempfile.mkstemp(prefix=".partial-", suffix=".gguf", dir=entry.parent)
         os.close(handle)
     except OSError as e:
-        log.warning("cannot write the model cache in %s (%s): %s runs on its own %s weights",
-                    entry.parent, e.strerror or e, source.name, file_type(source))
+        log.warning(
+            "cannot write the model cache in %s (%s): %s runs on its own %s weights",
+            entry.parent,
+            e.strerror or e,
+            source.name,
+            file_type(source),
+        )
         return None
     params = lib.llama_model_quantize_default_params()
     params.nthread, params.ftype, params.allow_requantize = threads, FTYPES[target], True
@@ -165,24 +190,38 @@ def convert(lib, source: Path, target: str, threads: int) -> Path | None:
 
         code = lib.llama_model_quantize(str(source).encode(), scratch.encode(), ctypes.byref(params))
         if code != 0:
-            log.warning("llama.cpp could not convert %s to %s (code %s): it runs on its own weights",
-                        source.name, target, code)
+            log.warning(
+                "llama.cpp could not convert %s to %s (code %s): it runs on its own weights", source.name, target, code
+            )
             return None
         os.replace(scratch, entry)
-        _record(entry).write_text(json.dumps({"source": str(source.resolve()), "type": target,
-                                              "size": entry.stat().st_size}))
+        _record(entry).write_text(
+            json.dumps({"source": str(source.resolve()), "type": target, "size": entry.stat().st_size})
+        )
     except OSError as e:
-        log.warning("cannot write the model cache in %s (%s): %s runs on its own weights",
-                    entry.parent, e.strerror or e, source.name)
+        log.warning(
+            "cannot write the model cache in %s (%s): %s runs on its own weights",
+            entry.parent,
+            e.strerror or e,
+            source.name,
+        )
         forget(entry)
         return None
     finally:
         if os.path.exists(scratch):
             os.unlink(scratch)
     _drop_older(source, entry)
-    log.warning("converted %s (%s) to %s once in %.1f s and cached it in %s (%.0f MB; set %s to move it, "
-                "weight_type: file to keep the file's own weights)", source.name, file_type(source),
-                target.upper(), time.perf_counter() - started, entry, entry.stat().st_size / 1e6, ENV_VAR)
+    log.warning(
+        "converted %s (%s) to %s once in %.1f s and cached it in %s (%.0f MB; set %s to move it, "
+        "weight_type: file to keep the file's own weights)",
+        source.name,
+        file_type(source),
+        target.upper(),
+        time.perf_counter() - started,
+        entry,
+        entry.stat().st_size / 1e6,
+        ENV_VAR,
+    )
     return entry
 
 

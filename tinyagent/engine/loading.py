@@ -1,5 +1,6 @@
 """Loading a transformers model: where it runs and in which dtype, and from a hub id, a folder or a
 GGUF file (a local one is converted once, `gguf_cache`)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -48,8 +49,13 @@ def placement(device: str = "auto", dtype="auto"):
     return (None if device == "cpu" else {"": device}), dtype
 
 
-def load_hf(model_id_or_path: str, device: str = "auto", dtype="auto", gguf_file: str | None = None,
-            trust_remote_code: bool = False):
+def load_hf(
+    model_id_or_path: str,
+    device: str = "auto",
+    dtype="auto",
+    gguf_file: str | None = None,
+    trust_remote_code: bool = False,
+):
     """(model, tokenizer) from a hub id or a local folder, or a GGUF file in it (a local one is
     converted once and then loaded from the cache, see `gguf_cache`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -66,6 +72,7 @@ def load_hf(model_id_or_path: str, device: str = "auto", dtype="auto", gguf_file
     device_map, torch_dtype = placement(device, dtype)
     tokenizer = AutoTokenizer.from_pretrained(model_id_or_path, trust_remote_code=trust_remote_code, **extra)
     model = AutoModelForCausalLM.from_pretrained(
-        model_id_or_path, dtype=torch_dtype, device_map=device_map, trust_remote_code=trust_remote_code, **extra)
+        model_id_or_path, dtype=torch_dtype, device_map=device_map, trust_remote_code=trust_remote_code, **extra
+    )
     model.eval()
     return model, tokenizer

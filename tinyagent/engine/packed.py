@@ -19,6 +19,7 @@ dim]`), so grouped-query attention reads each cached key once instead of expandi
 every head; this is also used for one-token steps outside packed passes with no mask, where
 torch's CPU kernel for `enable_gqa` is several times slower.
 """
+
 from __future__ import annotations
 
 import functools
@@ -52,9 +53,15 @@ class PackedPass:
 
     def update(self, keys, values, layer_idx: int, *args, **kwargs):
         if self.decoding:
-            self.pool.write(layer_idx, self.step, keys[:, :, :self.decoding], values[:, :, :self.decoding])
-        self.kv[layer_idx] = [append(s.cache.layers[layer_idx], keys[:, :, s.start:s.start + s.length],
-                                     values[:, :, s.start:s.start + s.length]) for s in self.segments]
+            self.pool.write(layer_idx, self.step, keys[:, :, : self.decoding], values[:, :, : self.decoding])
+        self.kv[layer_idx] = [
+            append(
+                s.cache.layers[layer_idx],
+                keys[:, :, s.start : s.start + s.length],
+                values[:, :, s.start : s.start + s.length],
+            )
+            for s in self.segments
+        ]
         return keys, values
 
 
@@ -73,8 +80,8 @@ def append(layer, keys, values):
         if held:
             room[0][:, :, :held], room[1][:, :, :held] = layer.keys, layer.values
         layer.room = room
-    room[0][:, :, held:held + new], room[1][:, :, held:held + new] = keys, values
-    layer.keys, layer.values = room[0][:, :, :held + new], room[1][:, :, :held + new]
+    room[0][:, :, held : held + new], room[1][:, :, held : held + new] = keys, values
+    layer.keys, layer.values = room[0][:, :, : held + new], room[1][:, :, : held + new]
     return layer.keys, layer.values
 
 
@@ -103,27 +110,38 @@ class running:
         _local.current = None
 
 
-def attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
-              **kwargs):
+def attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None, **kwargs):
     """The attention function registered as `NAME`: packed when a pass runs, else transformers' sdpa."""
     import torch
 
     packed = current_pass()
     if packed is None:
-        if query.shape[2] == 1 and attention_mask is None and query.shape[1] != key.shape[1] and dropout == 0.0 \
-                and not kwargs.get("softcap") and kwargs.get("position_bias") is None:
+        if (
+            query.shape[2] == 1
+            and attention_mask is None
+            and query.shape[1] != key.shape[1]
+            and dropout == 0.0
+            and not kwargs.get("softcap")
+            and kwargs.get("position_bias") is None
+        ):
             out = one_query(query, key, value, scaling)
             return out.transpose(1, 2).contiguous(), None
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     if kwargs.get("softcap") or kwargs.get("sliding_window"):
         raise ValueError("packed batching supports plain full attention only")  # `batching.supports` rules these out
-    parts = [packed.pool.attend(module.layer_idx, packed.step, query[:, :, :packed.decoding], scaling)] \
-        if packed.decoding else []
-    parts += [_attend(query[:, :, s.start:s.start + s.length], k, v, scaling)
-              for s, (k, v) in zip(packed.segments, packed.kv.pop(module.layer_idx))]
+    parts = (
+        [packed.pool.attend(module.layer_idx, packed.step, query[:, :, : packed.decoding], scaling)]
+        if packed.decoding
+        else []
+    )
+    parts += [
+        _attend(query[:, :, s.start : s.start + s.length], k, v, scaling)
+        for s, (k, v) in zip(packed.segments, packed.kv.pop(module.layer_idx))
+    ]
     out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
     return out.transpose(1, 2).contiguous(), None
 

@@ -12,6 +12,7 @@ at the previous call. What may be reused is decided from the cache objects, not 
   past the length where they start to change.
 Anything not exact is recomputed: reuse never changes a token.
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,15 +42,21 @@ def length_dependent_rope_limit(config) -> int | None:
     LongRoPE), so cached keys stop matching a fresh prefill; None when they never do."""
     rope = getattr(config, "rope_parameters", None) or {}
     per_layer_type = [r for r in rope.values() if isinstance(r, dict)]  # e.g. Gemma-3: sliding / full
-    limits = [r.get("original_max_position_embeddings") or config.max_position_embeddings
-              for r in per_layer_type or [rope] if r.get("rope_type") in ("dynamic", "longrope")]
+    limits = [
+        r.get("original_max_position_embeddings") or config.max_position_embeddings
+        for r in per_layer_type or [rope]
+        if r.get("rope_type") in ("dynamic", "longrope")
+    ]
     return min(limits) if limits else None
 
 
 def sliding_windows(cache) -> list[int]:
     """The window of each sliding-window (or chunked) layer of `cache`."""
-    return [int(layer.sliding_window) for layer in getattr(cache, "layers", ())
-            if getattr(layer, "is_sliding", False) and getattr(layer, "sliding_window", None)]
+    return [
+        int(layer.sliding_window)
+        for layer in getattr(cache, "layers", ())
+        if getattr(layer, "is_sliding", False) and getattr(layer, "sliding_window", None)
+    ]
 
 
 class PrefixCache:

@@ -6,6 +6,7 @@ from an observation. `ReplyRepetition` looks only at the tokens of the reply bei
 bans the last tokens left: placed after the constrained-decoding processor, it only chooses among
 the tokens the format allows, so a reply still always fits the format.
 """
+
 from __future__ import annotations
 
 
@@ -23,7 +24,7 @@ class ReplyRepetition:
 
         if self.prompt_length is None:
             self.prompt_length = input_ids.shape[1]
-        reply = input_ids[0, self.prompt_length:]
+        reply = input_ids[0, self.prompt_length :]
         if len(reply) == 0:
             return scores
         scores = scores.clone()
@@ -65,5 +66,5 @@ class ReplyRepetition:
         n = self.ngram
         if n <= 0 or len(reply) < n:
             return set()
-        head = tuple(reply[len(reply) - n + 1:]) if n > 1 else ()
-        return {reply[i + n - 1] for i in range(len(reply) - n + 1) if tuple(reply[i:i + n - 1]) == head}
+        head = tuple(reply[len(reply) - n + 1 :]) if n > 1 else ()
+        return {reply[i + n - 1] for i in range(len(reply) - n + 1) if tuple(reply[i : i + n - 1]) == head}

@@ -5,6 +5,7 @@ forced tokens), the step format (`constrained.StepProcessor.apply`), then repeti
 (`repetition.ReplyRepetition.apply`), which only picks among what the format allows. Then greedy, or
 temperature and nucleus (top-p) sampling as transformers' warpers do it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -17,8 +18,16 @@ class ReplyChooser:
     """Picks each token of one reply: `processors` in order, then greedy, or `temperature` / `top_p` drawing
     from `rng` (a numpy Generator)."""
 
-    def __init__(self, prompt: Sequence[int], processors: list[NumpyProcessor], constraint=None, repetition=None,
-                 temperature: float = 0.0, top_p: float = 1.0, rng=None):
+    def __init__(
+        self,
+        prompt: Sequence[int],
+        processors: list[NumpyProcessor],
+        constraint=None,
+        repetition=None,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        rng=None,
+    ):
         self.prompt, self.processors = list(prompt), list(processors)
         self.constraint, self.repetition = constraint, repetition
         self.temperature, self.top_p = temperature, top_p

@@ -10,6 +10,7 @@ token prefix with it, as `kept_prefixes.KeptPrefixes` decides for transformers:
 A sequence a call is generating into is busy: it is never given to another call nor dropped, though
 its start may be copied.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -24,8 +25,9 @@ class SequencePool:
     cache; the pool tracks the token ids each sequence holds and which are busy. Not thread-safe: one
     thread (the scheduler's) uses it at a time."""
 
-    def __init__(self, size: int, remove: Callable[[int, int], None], copy: Callable[[int, int, int], None],
-                 copy_min: int = 1):
+    def __init__(
+        self, size: int, remove: Callable[[int, int], None], copy: Callable[[int, int, int], None], copy_min: int = 1
+    ):
         self.size, self._remove, self._copy, self.copy_min = max(1, size), remove, copy, copy_min
         self.held: OrderedDict[int, list[int]] = OrderedDict((seq, []) for seq in range(self.size))  # LRU first
         self.busy: set[int] = set()
@@ -44,8 +46,11 @@ class SequencePool:
             n = min(common_prefix_length(kept, ids), len(ids) - leave)
             if n > shared:
                 best, shared = seq, n
-        if (best is not None and best not in self.busy
-                and (len(self.held[best]) - shared <= CONTINUATION_TAIL or self.size == 1)):
+        if (
+            best is not None
+            and best not in self.busy
+            and (len(self.held[best]) - shared <= CONTINUATION_TAIL or self.size == 1)
+        ):
             target = best
             self._remove(target, shared)
         else:

@@ -13,6 +13,7 @@ On a CPU the kernels cost little to start and attention is bound by reading each
 so there (`one_by_one`) each request attends over exactly its own length instead: 8 agents of the
 benchmark (bench/README.md) ran 78 s with the one masked call against 61 s one by one.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,14 +26,14 @@ from .packed import one_query, room_for
 class DecodeStep:
     """One pass's one-token step for the decoding requests in `slots` (tensors on the pool's device)."""
 
-    slots: object      # long [n]: each request's slot, in the row's order
+    slots: object  # long [n]: each request's slot, in the row's order
     positions: object  # long [n]: where each request's new key goes (its length before the step)
-    mask: object       # bool [rows, 1, 1, width]: what each slot's query may read
-    rows: int          # slots 0..rows-1 take part (free ones among them with a dummy column)
-    width: int         # the longest slot after the step
-    count: int         # len(slots)
-    dense: bool        # slots are exactly 0..rows-1 in order: the queries need no scatter
-    each: list         # (slot, length after the step) per request, for attending one by one
+    mask: object  # bool [rows, 1, 1, width]: what each slot's query may read
+    rows: int  # slots 0..rows-1 take part (free ones among them with a dummy column)
+    width: int  # the longest slot after the step
+    count: int  # len(slots)
+    dense: bool  # slots are exactly 0..rows-1 in order: the queries need no scatter
+    each: list  # (slot, length after the step) per request, for attending one by one
 
 
 class SlotPool:
@@ -61,8 +62,13 @@ class SlotPool:
 
     def take_out(self, slot: int, length: int, config):
         """A new batch-1 `DynamicCache` holding a copy of the slot's first `length` positions."""
-        return cache_of(((keys[slot:slot + 1, :, :length], values[slot:slot + 1, :, :length])
-                         for keys, values in zip(self.keys, self.values)), config)
+        return cache_of(
+            (
+                (keys[slot : slot + 1, :, :length], values[slot : slot + 1, :, :length])
+                for keys, values in zip(self.keys, self.values)
+            ),
+            config,
+        )
 
     def release(self, slot: int) -> None:
         self.used[slot], self.lengths[slot] = False, 0
@@ -80,12 +86,20 @@ class SlotPool:
         width = max(self.lengths[:rows])
         self._ensure(rows, width, self.keys[0])
         device = self.keys[0].device
-        readable = torch.tensor([n if used else 1 for n, used in zip(self.lengths[:rows], self.used[:rows])],
-                                device=device)  # a free slot reads one stale column: finite, and thrown away
+        readable = torch.tensor(
+            [n if used else 1 for n, used in zip(self.lengths[:rows], self.used[:rows])], device=device
+        )  # a free slot reads one stale column: finite, and thrown away
         mask = torch.arange(width, device=device)[None, :] < readable[:, None]
-        return DecodeStep(torch.tensor(slots, device=device), torch.tensor(positions, device=device),
-                    mask[:, None, None, :], rows, width, len(slots), slots == list(range(rows)),
-                    [(s, self.lengths[s]) for s in slots])
+        return DecodeStep(
+            torch.tensor(slots, device=device),
+            torch.tensor(positions, device=device),
+            mask[:, None, None, :],
+            rows,
+            width,
+            len(slots),
+            slots == list(range(rows)),
+            [(s, self.lengths[s]) for s in slots],
+        )
 
     def write(self, layer: int, step: DecodeStep, keys, values) -> None:
         """Put the step's new keys and values ([1, kv_heads, n, dim], in the row's order) in their slots."""
@@ -100,10 +114,15 @@ class SlotPool:
             import torch
 
             keys, values = self.keys[layer], self.values[layer]
-            return torch.cat([one_query(query[:, :, i:i + 1], keys[s:s + 1, :, :n], values[s:s + 1, :, :n], scaling)
-                              for i, (s, n) in enumerate(step.each)], dim=2)
-        keys = self.keys[layer][:step.rows, :, :step.width]
-        values = self.values[layer][:step.rows, :, :step.width]
+            return torch.cat(
+                [
+                    one_query(query[:, :, i : i + 1], keys[s : s + 1, :, :n], values[s : s + 1, :, :n], scaling)
+                    for i, (s, n) in enumerate(step.each)
+                ],
+                dim=2,
+            )
+        keys = self.keys[layer][: step.rows, :, : step.width]
+        values = self.values[layer][: step.rows, :, : step.width]
         heads, dim, kv_heads = query.shape[1], query.shape[-1], keys.shape[1]
         grouped = query[0].transpose(0, 1).reshape(step.count, kv_heads, heads // kv_heads, dim)
         if step.dense:
@@ -129,8 +148,7 @@ class SlotPool:
                 grown = like.new_zeros(shape)
                 if index < len(tensors):
                     old = tensors[index]
-                    grown[:old.shape[0], :, :old.shape[2]] = old
+                    grown[: old.shape[0], :, : old.shape[2]] = old
                     tensors[index] = grown
                 else:
                     tensors.append(grown)
-

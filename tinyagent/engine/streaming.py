@@ -1,6 +1,7 @@
 """Text as a local model generates it: the streamer that decodes new tokens into a `StopHoldback`
 (text.py), stopping criteria read on decoded text, and `stream()` as an iterator over a worker thread.
 """
+
 from __future__ import annotations
 
 import codecs
@@ -59,15 +60,15 @@ class ReplyText:
         self.start, self.read = 0, len(self.context)  # the window: ids[start:] decoded against ids[start:read]
 
     def __call__(self, new: list[int]) -> str:
-        if len(new) < self.count or new[: self.count] != self.ids[len(self.context):]:
+        if len(new) < self.count or new[: self.count] != self.ids[len(self.context) :]:
             self._reset()  # not the same reply growing (never in a generate call): decode it afresh
-        for token in new[self.count:]:
+        for token in new[self.count :]:
             self.ids.append(int(token))
             self.count += 1
-            before = self.decode(self.ids[self.start:self.read])
-            after = self.decode(self.ids[self.start:])
+            before = self.decode(self.ids[self.start : self.read])
+            after = self.decode(self.ids[self.start :])
             if len(after) > len(before) and not after.endswith("\ufffd"):
-                self.text += after[len(before):]
+                self.text += after[len(before) :]
                 self.start, self.read = self.read, len(self.ids)
         return self.text
 
@@ -105,8 +106,7 @@ class TextStop:
     def __call__(self, input_ids, scores, **kwargs):
         import torch
 
-        done = [stop_index(self.decode(row[self.prompt_length:].tolist()), self.stop) is not None
-                for row in input_ids]
+        done = [stop_index(self.decode(row[self.prompt_length :].tolist()), self.stop) is not None for row in input_ids]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 

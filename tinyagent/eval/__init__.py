@@ -10,11 +10,26 @@ accepted answers (scoring.py says how each is matched); other keys are copied in
 - compare.py: `... compare DIR...`: many result folders in one table and a chart (charts.py).
 - provenance.py: how a results folder was made; progress.py: the progress bar; table.py: the tables.
 """
+
 from .command import default_concurrency, direct_factory, format_summary, main
 from .compare import ResultsError, load_results
 from .harness import EvalInterrupted, disagreements, evaluate, score_run, summarize
 from .scoring import SuiteError, SuiteItem, load_suite, score
 
-__all__ = ["EvalInterrupted", "ResultsError", "SuiteError", "SuiteItem", "default_concurrency", "direct_factory",
-           "disagreements", "evaluate", "format_summary", "load_results", "load_suite", "main", "score", "score_run",
-           "summarize"]
+__all__ = [
+    "EvalInterrupted",
+    "ResultsError",
+    "SuiteError",
+    "SuiteItem",
+    "default_concurrency",
+    "direct_factory",
+    "disagreements",
+    "evaluate",
+    "format_summary",
+    "load_results",
+    "load_suite",
+    "main",
+    "score",
+    "score_run",
+    "summarize",
+]

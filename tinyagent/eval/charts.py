@@ -1,6 +1,7 @@
 """The comparison as pictures: a PNG (matplotlib, the optional `charts` extra) and an HTML page that needs
 nothing (its bars are inline SVG) with the same figures, the summary table, and every question with each
 column's answer and, one click away, its whole trace."""
+
 from __future__ import annotations
 
 import html
@@ -17,14 +18,23 @@ PAGE_ANSWER_CLIP = 80  # characters of an answer in a question's cell (its trace
 
 def figures(data: dict) -> list[dict]:
     """The charted figures: {"title", "unit", "bars": [(label, mode, value or None)]}."""
-    def bars(key: str, scale: float = 1, mode: str | None = None) -> list:
-        return [(c["label"], c["mode"], None if c["summary"].get(key) is None or (mode and c["mode"] != mode)
-                 else c["summary"][key] * scale) for c in data["columns"]]
 
-    return [{"title": "right answers", "unit": "%", "bars": bars("success_rate", 100)},
-            {"title": "format-valid questions (agent)", "unit": "%", "bars": bars("format_valid_rate", 100, AGENT)},
-            {"title": "completion tokens per question", "unit": "", "bars": bars("mean_completion_tokens")},
-            {"title": "seconds per question", "unit": "s", "bars": bars("mean_seconds")}]
+    def bars(key: str, scale: float = 1, mode: str | None = None) -> list:
+        return [
+            (
+                c["label"],
+                c["mode"],
+                None if c["summary"].get(key) is None or (mode and c["mode"] != mode) else c["summary"][key] * scale,
+            )
+            for c in data["columns"]
+        ]
+
+    return [
+        {"title": "right answers", "unit": "%", "bars": bars("success_rate", 100)},
+        {"title": "format-valid questions (agent)", "unit": "%", "bars": bars("format_valid_rate", 100, AGENT)},
+        {"title": "completion tokens per question", "unit": "", "bars": bars("mean_completion_tokens")},
+        {"title": "seconds per question", "unit": "s", "bars": bars("mean_seconds")},
+    ]
 
 
 def write_png(path: Path, data: dict) -> bool:
@@ -64,12 +74,16 @@ def _svg(panel: dict) -> str:
     bars = []
     for i, (label, mode, value) in enumerate(panel["bars"]):
         y, width = 22 * i, round(SVG_BAR_WIDTH * (value or 0) / top)
-        bars.append(f'<text x="0" y="{y + 15}">{html.escape(label)}</text>'
-                    f'<rect x="240" y="{y + 3}" width="{width}" height="16" fill="{COLOURS.get(mode, "#777")}"/>'
-                    f'<text x="{246 + width}" y="{y + 15}">{_value(value, panel["unit"])}</text>')
+        bars.append(
+            f'<text x="0" y="{y + 15}">{html.escape(label)}</text>'
+            f'<rect x="240" y="{y + 3}" width="{width}" height="16" fill="{COLOURS.get(mode, "#777")}"/>'
+            f'<text x="{246 + width}" y="{y + 15}">{_value(value, panel["unit"])}</text>'
+        )
     height = 22 * len(panel["bars"]) + 4
-    return (f'<figure><figcaption>{html.escape(panel["title"])}</figcaption><svg width="{280 + SVG_BAR_WIDTH + 60}" '
-            f'height="{height}" font-size="12" font-family="sans-serif">{"".join(bars)}</svg></figure>')
+    return (
+        f'<figure><figcaption>{html.escape(panel["title"])}</figcaption><svg width="{280 + SVG_BAR_WIDTH + 60}" '
+        f'height="{height}" font-size="12" font-family="sans-serif">{"".join(bars)}</svg></figure>'
+    )
 
 
 def _trace(record: dict) -> str:
@@ -78,7 +92,8 @@ def _trace(record: dict) -> str:
     parts = []
     for step in trace.get("steps") or []:
         head = f"[step {step.get('index', 0) + 1}: {step.get('kind')}]" + (
-            f" error: {step['error']}" if step.get("error") else "")
+            f" error: {step['error']}" if step.get("error") else ""
+        )
         parts.append(head + "\n" + (step.get("text") or ""))
         if step.get("observation"):
             parts.append("Observation: " + step["observation"])
@@ -92,8 +107,10 @@ def _cell(record: dict | None) -> str:
         return "<td>-</td>"
     mark = "ok" if record["success"] else "FAIL"
     answer = html.escape(shown_answer(record.get("prediction") or "", PAGE_ANSWER_CLIP))
-    return (f'<td class="{mark.lower()}"><details><summary>{mark} {answer}</summary>'
-            f"<pre>{html.escape(_trace(record))}</pre></details></td>")
+    return (
+        f'<td class="{mark.lower()}"><details><summary>{mark} {answer}</summary>'
+        f"<pre>{html.escape(_trace(record))}</pre></details></td>"
+    )
 
 
 def question_rows(data: dict, runs: dict) -> str:
@@ -108,8 +125,10 @@ def question_rows(data: dict, runs: dict) -> str:
     for qid, question in order.items():
         cells = "".join(_cell(found.get(qid)) for _, found in cols)
         only = f'<br><small>only {html.escape(flips[qid])}</small>' if flips.get(qid) else ""
-        lines.append(f'<tr class="{"flip" if qid in flips else ""}"><th title="{html.escape(question)}">'
-                    f"{html.escape(qid)}{only}</th>{cells}</tr>")
+        lines.append(
+            f'<tr class="{"flip" if qid in flips else ""}"><th title="{html.escape(question)}">'
+            f"{html.escape(qid)}{only}</th>{cells}</tr>"
+        )
     return "\n".join(lines)
 
 
@@ -122,16 +141,25 @@ figcaption{font-weight:bold;margin-bottom:4px}"""
 
 def write_html(path: Path, data: dict, runs: dict) -> None:
     """The page: figures, the summary table, then every question (rows that flip are highlighted)."""
-    header, *body = rows([(c["label"], c["summary"]) for c in data["columns"]],
-                         [("settings", [c["settings"] for c in data["columns"]])])
+    header, *body = rows(
+        [(c["label"], c["summary"]) for c in data["columns"]], [("settings", [c["settings"] for c in data["columns"]])]
+    )
     head = "".join(f"<th>{html.escape(label)}</th>" for label in header[1:])
-    summary = "".join("<tr><th>" + html.escape(row[0].strip()) + "</th>"
-                      + "".join(f"<td>{html.escape(cell)}</td>" for cell in row[1:]) + "</tr>" for row in body)
+    summary = "".join(
+        "<tr><th>"
+        + html.escape(row[0].strip())
+        + "</th>"
+        + "".join(f"<td>{html.escape(cell)}</td>" for cell in row[1:])
+        + "</tr>"
+        for row in body
+    )
     alone = [only_right(f) for f in data["flips"]]
     counts = "; ".join(f"{html.escape(c['label'])} {alone.count(c['label'])}" for c in data["columns"])
     only = f" Right in one column only: {counts}." if len(data["columns"]) > 2 else ""
-    provenance = "".join(f"<h3>{html.escape(c['label'])}</h3><pre>{html.escape(json.dumps(c['run'], indent=1))}</pre>"
-                         for c in data["columns"])
+    provenance = "".join(
+        f"<h3>{html.escape(c['label'])}</h3><pre>{html.escape(json.dumps(c['run'], indent=1))}</pre>"
+        for c in data["columns"]
+    )
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>TinyAgent eval comparison</title>
 <style>{STYLE}</style></head><body><h1>Evaluation comparison</h1>
 {"".join(_svg(p) for p in figures(data))}

@@ -5,6 +5,7 @@ default `--baseline direct,rag`; write each mode's records as they finish (resul
 rag.jsonl) and summary.json, print them side by side.
 An --out folder that holds results is refused unless --resume or --overwrite (eval/out_folder.py).
 `... compare DIR...` is `compare.main`."""
+
 from __future__ import annotations
 
 import argparse
@@ -19,10 +20,10 @@ from pathlib import Path
 from .. import config
 from ..agent import DirectAnswer
 from ..agent.baselines import RetrieveThenAnswer
-from ..tools.search_tool import SEARCH_TOOLS, find_search_tool
-from ..agent.react import RECHECKS, SEARCHES
 from ..agent.protocols import PROTOCOLS
+from ..agent.react import RECHECKS, SEARCHES
 from ..runs import Runner
+from ..tools.search_tool import SEARCH_TOOLS, find_search_tool
 from . import compare, out_folder
 from .harness import EvalInterrupted, disagreements, evaluate, summarize
 from .progress import Progress
@@ -48,8 +49,9 @@ def direct_factory(cfg, model) -> Callable[[], DirectAnswer]:
 def rag_factory(cfg, model, search) -> Callable[[], RetrieveThenAnswer]:
     """Fresh `RetrieveThenAnswer`s around `model` and the `search` tool, with the config's language, generation
     settings and observation cap (the passages are cut as the agent's observations are)."""
-    return lambda: RetrieveThenAnswer(model, search, lang=cfg.agent.lang,
-                                      max_passage_chars=cfg.agent.max_observation_chars, **cfg.generation_kwargs())
+    return lambda: RetrieveThenAnswer(
+        model, search, lang=cfg.agent.lang, max_passage_chars=cfg.agent.max_observation_chars, **cfg.generation_kwargs()
+    )
 
 
 class BaselineError(ValueError):
@@ -70,14 +72,18 @@ def baseline_modes(spec: str | None, agent: bool, search_tools: list[str]) -> tu
         return ((AGENT,) if words == ["none"] else (DIRECT,)), None
     unknown = [w for w in words if w not in BASELINE_WORDS]
     if unknown or not words:
-        raise BaselineError(f"--baseline: {', '.join(unknown) or 'nothing'} is not a baseline; give direct, rag or "
-                            "both (direct,rag), or none (the agent alone) or only (the model alone)")
+        raise BaselineError(
+            f"--baseline: {', '.join(unknown) or 'nothing'} is not a baseline; give direct, rag or "
+            "both (direct,rag), or none (the agent alone) or only (the model alone)"
+        )
     chosen = [BASELINE_WORDS[w] for w in words]
     note = None
     if RAG in chosen and not search_tools:
         if spec is not None:
-            raise BaselineError("--baseline rag needs a search tool: add local_search or google_search to --tools "
-                                "(or name one with agent.search_tool)")
+            raise BaselineError(
+                "--baseline rag needs a search tool: add local_search or google_search to --tools "
+                "(or name one with agent.search_tool)"
+            )
         chosen.remove(RAG)
         note = "rag (retrieve-then-answer) left out: this run has no search tool"
     modes = tuple(m for m in MODES if m in chosen)
@@ -95,6 +101,7 @@ def fresh_each(factory: Callable[[], Runner], model, on: bool) -> Callable[[], R
     def fresh() -> Runner:
         model.reset_cache()
         return factory()
+
     return fresh
 
 
@@ -105,62 +112,109 @@ def default_concurrency(backend: str) -> int:
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Run a TinyAgent over a JSONL question suite and score "
-                                "the answers, beside the same model alone. `compare DIR...` compares result folders.")
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Run a TinyAgent over a JSONL question suite and score "
+        "the answers, beside the same model alone. `compare DIR...` compares result folders.",
+    )
     p.add_argument("--suite", required=True, help='JSONL file of {"id", "question", "answer"} lines')
     p.add_argument("--config", help="YAML config (default: the embedded model with its defaults)")
-    p.add_argument("--model", help="override the model: embedded, a local folder, a .gguf file, a hub id, "
-                                   "or the served name with --base-url")
+    p.add_argument(
+        "--model",
+        help="override the model: embedded, a local folder, a .gguf file, a hub id, or the served name with --base-url",
+    )
     p.add_argument("--base-url", help="OpenAI-compatible server URL, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("--tools", help="comma-separated tools, e.g. calculator,local_search ('' for none)")
     p.add_argument("--max-turns", type=int)
     p.add_argument("--max-new-tokens", type=int)
-    p.add_argument("--baseline", metavar="direct,rag|direct|rag|none|only",
-                   help="the baselines beside the agent: direct, the model alone (no tools, no ReAct format); rag, "
-                        "retrieve-then-answer (the question sent to the run's search tool, its passages in that "
-                        "prompt); default direct,rag (rag only with a search tool); none: only the agent; only: "
-                        "only the model alone")
-    p.add_argument("--no-agent", dest="agent", action="store_false",
-                   help="run only the baselines, not the agent")
+    p.add_argument(
+        "--baseline",
+        metavar="direct,rag|direct|rag|none|only",
+        help="the baselines beside the agent: direct, the model alone (no tools, no ReAct format); rag, "
+        "retrieve-then-answer (the question sent to the run's search tool, its passages in that "
+        "prompt); default direct,rag (rag only with a search tool); none: only the agent; only: "
+        "only the model alone",
+    )
+    p.add_argument("--no-agent", dest="agent", action="store_false", help="run only the baselines, not the agent")
     p.add_argument("--protocol", choices=PROTOCOLS, help="react, tools or auto (default: the config's)")
     p.add_argument("--constrained", action=argparse.BooleanOptionalAction, help="decode only valid steps")
-    p.add_argument("--examples", action=argparse.BooleanOptionalAction,
-                   help="worked examples for the tools in the system prompt (default: the config's)")
-    p.add_argument("--thought-first", action=argparse.BooleanOptionalAction,
-                   help="begin each ReAct reply with Thought: (default: the config's)")
-    p.add_argument("--working-first", action=argparse.BooleanOptionalAction,
-                   help="the model's own working first (as alone), then the tools and format to check it "
-                        "(default: the config's)")
-    p.add_argument("--check-arithmetic", action=argparse.BooleanOptionalAction,
-                   help="with --working-first: the calculator checks the working's written arithmetic and sets its "
-                        "first wrong result right, the model going on from there (default: the config's)")
-    p.add_argument("--ask-answer", action=argparse.BooleanOptionalAction,
-                   help="ask a reply that only reasons for its Final Answer in the same step (default: the config's)")
-    p.add_argument("--search", choices=SEARCHES, help="ReAct: first (the question searched before the model's first "
-                   "reply) or tool (only when the model calls it); default: the config's (first with a search tool)")
-    p.add_argument("--recheck", choices=RECHECKS,
-                   help="answers sent back once to be checked: off, failed (right after a failed call), results "
-                        "(also one that only repeats the last tool result); default: the config's")
-    p.add_argument("--concurrency", type=int, help="parallel questions (default 4 for the openai backend, 8 for "
-                                                   "local models, which decode them in one batch)")
-    p.add_argument("--fresh-cache", action=argparse.BooleanOptionalAction, default=True,
-                   help="with --concurrency 1, forget the model's kept KV cache before each question, so each "
-                        "result is the same whatever came before it (default: on; a local model only)")
+    p.add_argument(
+        "--examples",
+        action=argparse.BooleanOptionalAction,
+        help="worked examples for the tools in the system prompt (default: the config's)",
+    )
+    p.add_argument(
+        "--thought-first",
+        action=argparse.BooleanOptionalAction,
+        help="begin each ReAct reply with Thought: (default: the config's)",
+    )
+    p.add_argument(
+        "--working-first",
+        action=argparse.BooleanOptionalAction,
+        help="the model's own working first (as alone), then the tools and format to check it (default: the config's)",
+    )
+    p.add_argument(
+        "--check-arithmetic",
+        action=argparse.BooleanOptionalAction,
+        help="with --working-first: the calculator checks the working's written arithmetic and sets its "
+        "first wrong result right, the model going on from there (default: the config's)",
+    )
+    p.add_argument(
+        "--ask-answer",
+        action=argparse.BooleanOptionalAction,
+        help="ask a reply that only reasons for its Final Answer in the same step (default: the config's)",
+    )
+    p.add_argument(
+        "--search",
+        choices=SEARCHES,
+        help="ReAct: first (the question searched before the model's first "
+        "reply) or tool (only when the model calls it); default: the config's (first with a search tool)",
+    )
+    p.add_argument(
+        "--recheck",
+        choices=RECHECKS,
+        help="answers sent back once to be checked: off, failed (right after a failed call), results "
+        "(also one that only repeats the last tool result); default: the config's",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        help="parallel questions (default 4 for the openai backend, 8 for "
+        "local models, which decode them in one batch)",
+    )
+    p.add_argument(
+        "--fresh-cache",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with --concurrency 1, forget the model's kept KV cache before each question, so each "
+        "result is the same whatever came before it (default: on; a local model only)",
+    )
     p.add_argument("--limit", type=int, help="only the first N questions")
     p.add_argument("--out", help="output folder (default out/eval-<suite>-<time>)")
-    p.add_argument("--resume", action="store_true", help="finish the run in --out: keep its questions, run the rest "
-                                                         "(and those whose run crashed)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="finish the run in --out: keep its questions, run the rest (and those whose run crashed)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace the results already in --out")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (progress goes to stderr)")
     return p
 
 
 def _load_config(args) -> config.Config:
-    overrides: dict = {"agent.max_turns": args.max_turns, "generation.max_new_tokens": args.max_new_tokens,
-                       "agent.protocol": args.protocol, "agent.constrained": args.constrained,
-                       "agent.examples": args.examples, "agent.thought_first": args.thought_first,
-                       "agent.working_first": args.working_first, "agent.check_arithmetic": args.check_arithmetic,
-                       "agent.recheck": args.recheck, "agent.ask_answer": args.ask_answer, "agent.search": args.search}
+    overrides: dict = {
+        "agent.max_turns": args.max_turns,
+        "generation.max_new_tokens": args.max_new_tokens,
+        "agent.protocol": args.protocol,
+        "agent.constrained": args.constrained,
+        "agent.examples": args.examples,
+        "agent.thought_first": args.thought_first,
+        "agent.working_first": args.working_first,
+        "agent.check_arithmetic": args.check_arithmetic,
+        "agent.recheck": args.recheck,
+        "agent.ask_answer": args.ask_answer,
+        "agent.search": args.search,
+    }
     if args.tools is not None:
         overrides["agent.tools"] = [t.strip() for t in args.tools.split(",") if t.strip()]
     if args.model or args.base_url:
@@ -179,8 +233,9 @@ def format_summary(summary: dict) -> str:
     return text
 
 
-def _run_mode(mode: str, items, factory: Callable[[], Runner], concurrency: int, out: Path, stream,
-              kept: list[dict]) -> tuple[list[dict], dict]:
+def _run_mode(
+    mode: str, items, factory: Callable[[], Runner], concurrency: int, out: Path, stream, kept: list[dict]
+) -> tuple[list[dict], dict]:
     """One mode over the suite's questions not in `kept` (an earlier run's, with --resume), each record
     written as it finishes (kept if the process dies), then all in suite order. Raises EvalInterrupted
     (its records written) on Ctrl-C."""
@@ -191,16 +246,22 @@ def _run_mode(mode: str, items, factory: Callable[[], Runner], concurrency: int,
     resumed = {"resumed_with": len(kept)} if kept else {}
     try:
         with out_folder.Appender(out, kept, name) as partial:
+
             def on_result(record: dict) -> None:
                 partial.append(record)
                 progress.update(record)
+
             new, summary = evaluate(todo, factory, concurrency, on_result)
     except EvalInterrupted as stop:
         progress.close()
         stop.records = out_folder.in_suite_order(ids, [*kept, *stop.records])
         out_folder.write_records(out / name, stop.records)
-        stop.summary = {**summarize(stop.records, stop.summary.get("wall_seconds")), "interrupted": True,
-                        "mode": mode, **resumed}
+        stop.summary = {
+            **summarize(stop.records, stop.summary.get("wall_seconds")),
+            "interrupted": True,
+            "mode": mode,
+            **resumed,
+        }
         raise
     progress.close()
     records = out_folder.in_suite_order(ids, [*kept, *new])
@@ -256,8 +317,10 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
             tools = config.build_tools(cfg) if AGENT in modes or RAG in modes else []
             search = find_search_tool(tools, search_name) if RAG in modes else None
             if RAG in modes and search is None:
-                raise config.ConfigError(f"agent.search_tool: no tool named {search_name!r}; tools: "
-                                         f"{', '.join(t.name_for_model for t in tools) or 'none'}")
+                raise config.ConfigError(
+                    f"agent.search_tool: no tool named {search_name!r}; tools: "
+                    f"{', '.join(t.name_for_model for t in tools) or 'none'}"
+                )
             model = config.build_model(cfg)
             tracing = config.start_tracing(cfg)  # agent.otel: spans exported as OTEL_* say
         except config.ConfigError as e:
@@ -268,27 +331,39 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
             probe = config.build_agent(cfg, model, tools=tools)  # the protocol as the run's agents resolve it
         except (config.ConfigError, ValueError, ImportError) as e:
             return fail(str(e))
-        summary["run"] = provenance(cfg, probe, args.suite, f"{prog} {shlex.join(argv)}",
-                                    args.baseline or DEFAULT_BASELINE, concurrency, list(modes),
-                                    search.name_for_model if search is not None else None)
+        summary["run"] = provenance(
+            cfg,
+            probe,
+            args.suite,
+            f"{prog} {shlex.join(argv)}",
+            args.baseline or DEFAULT_BASELINE,
+            concurrency,
+            list(modes),
+            search.name_for_model if search is not None else None,
+        )
         fresh = args.fresh_cache and concurrency == 1 and hasattr(model, "reset_cache")
-        factories = {AGENT: fresh_each(lambda: config.build_agent(cfg, model, tools=tools), model, fresh),
-                     DIRECT: fresh_each(direct_factory(cfg, model), model, fresh)}
+        factories = {
+            AGENT: fresh_each(lambda: config.build_agent(cfg, model, tools=tools), model, fresh),
+            DIRECT: fresh_each(direct_factory(cfg, model), model, fresh),
+        }
         if search is not None:
             factories[RAG] = fresh_each(rag_factory(cfg, model, search), model, fresh)
         summary["run"]["fresh_cache"] = fresh
         ids = {item.id for item in items}
         before = max(len(kept[RESULT_FILES[m]]) for m in modes)
         todo = max(len(items) - len(ids & {r["id"] for r in kept[RESULT_FILES[m]]}) for m in modes)
-        say(f"evaluating {todo} questions from {args.suite} ({' and '.join(modes)}; backend "
+        say(
+            f"evaluating {todo} questions from {args.suite} ({' and '.join(modes)}; backend "
             f"{cfg.model.backend}, concurrency {concurrency}) -> {out}"
-            + (f" ({before} done before, kept)" if before else ""))
+            + (f" ({before} done before, kept)" if before else "")
+        )
         if note:
             say(note)
         for mode in modes:
             try:
-                records[mode], summary[mode] = _run_mode(mode, items, factories[mode], concurrency, out, stream,
-                                                         kept[RESULT_FILES[mode]])
+                records[mode], summary[mode] = _run_mode(
+                    mode, items, factories[mode], concurrency, out, stream, kept[RESULT_FILES[mode]]
+                )
             except EvalInterrupted as stop:
                 records[mode], summary[mode], code = stop.records, stop.summary, 130
                 break
@@ -310,4 +385,3 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     if args.json:
         print(json.dumps(summary, ensure_ascii=False, indent=2))
     return code
-

@@ -5,6 +5,7 @@ page with the per-question table and each question's trace).
 A folder is read in the current format (2: "agent", "direct", "run") or the older one (1: the agent's totals
 at the top level, before the baseline and the provenance); anything else is refused with one line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,8 +64,10 @@ def upgraded(summary, path: Path) -> dict:
     version = summary.get("format_version")
     if version is None:
         if not {"n", "n_success", "success_rate"} <= summary.keys():
-            raise ResultsError(f"{path}: not an eval summary (no format_version, and not the older format's totals "
-                               "n, n_success, success_rate)")
+            raise ResultsError(
+                f"{path}: not an eval summary (no format_version, and not the older format's totals "
+                "n, n_success, success_rate)"
+            )
         agent = {k: v for k, v in summary.items() if k != "run"}
         ran = summary["n"] - (summary.get("n_errors") or 0)
         for total in ("prompt_tokens", "completion_tokens"):  # format 1 had the totals only
@@ -73,9 +76,12 @@ def upgraded(summary, path: Path) -> dict:
         return {"format_version": 1, AGENT: {**agent, "mode": AGENT}, DIRECT: None, "run": summary.get("run") or {}}
     if version not in READS:
         newer = isinstance(version, int) and version > max(READS)
-        raise ResultsError(f"{path}: summary format {version!r} " + (
-            "was written by a newer TinyAgent" if newer else "is unknown") + f"; this one reads formats "
-            f"{READS[0]}-{READS[-1]}")
+        raise ResultsError(
+            f"{path}: summary format {version!r} "
+            + ("was written by a newer TinyAgent" if newer else "is unknown")
+            + f"; this one reads formats "
+            f"{READS[0]}-{READS[-1]}"
+        )
     if not any(isinstance(summary.get(m), dict) for m in MODES):
         raise ResultsError(f"{path}: the summary holds neither an agent nor a direct run")
     return summary
@@ -100,11 +106,12 @@ def read_records(path: Path) -> list[dict]:
             raise ResultsError(f"{path}:{number}: not a result record (no id and success)")
         missing = [key for key in COMPARED_FIELDS if key not in record]
         if missing:
-            raise ResultsError(f"{path}:{number}: the record of {str(record['id'])[:60]!r} has no "
-                               f"{', '.join(missing)}, which compare reads")
+            raise ResultsError(
+                f"{path}:{number}: the record of {str(record['id'])[:60]!r} has no "
+                f"{', '.join(missing)}, which compare reads"
+            )
         if not isinstance(record["id"], str) or not isinstance(record["success"], bool):
-            raise ResultsError(f"{path}:{number}: not a result record (its id must be text and success true or "
-                               "false)")
+            raise ResultsError(f"{path}:{number}: not a result record (its id must be text and success true or false)")
         records.append(record)
     return records
 
@@ -170,11 +177,21 @@ def comparison(runs: list[Results]) -> dict:
     """Everything `compare` shows, as JSON: the columns with their summaries, and the flips."""
     cols = columns_of(runs)
     return {
-        "columns": [{"label": label, "folder": str(run.folder), "mode": mode, "summary": run.summary[mode],
-                     "run": run.run, "settings": differences(run, runs[0], mode), "notes": run.notes}
-                    for label, run, mode in cols],
-        "flips": disagreements([(label, run.records.get(mode, [])) for label, run, mode in cols
-                                if run.records.get(mode)]),
+        "columns": [
+            {
+                "label": label,
+                "folder": str(run.folder),
+                "mode": mode,
+                "summary": run.summary[mode],
+                "run": run.run,
+                "settings": differences(run, runs[0], mode),
+                "notes": run.notes,
+            }
+            for label, run, mode in cols
+        ],
+        "flips": disagreements(
+            [(label, run.records.get(mode, [])) for label, run, mode in cols if run.records.get(mode)]
+        ),
     }
 
 
@@ -192,8 +209,11 @@ def format_comparison(data: dict) -> str:
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Compare result folders of python -m tinyagent.eval in one "
-                                "table, and write a chart (PNG, and an HTML page with every question and trace).")
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Compare result folders of python -m tinyagent.eval in one "
+        "table, and write a chart (PNG, and an HTML page with every question and trace).",
+    )
     p.add_argument("folders", nargs="+", metavar="DIR", help="results folders (the first is the reference)")
     p.add_argument("--out", help="where the chart goes (default out/compare-<time>)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")

@@ -1,6 +1,7 @@
 """Running a suite: a fresh agent per question, each run scored into one JSON-ready record, and the
 totals over them. `evaluate` takes an agent factory (agents hold conversation state, models are
 shared)."""
+
 from __future__ import annotations
 
 import logging
@@ -8,8 +9,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from ..agent import AgentResult, StepKind
-from ..runs import Runner, run_many
 from ..redaction import redact
+from ..runs import Runner, run_many
 from ..text import one_line
 from ..traces import to_jsonable
 from .scoring import SuiteItem, score, tool_error
@@ -18,6 +19,7 @@ log = logging.getLogger(__name__)
 
 
 # --- one question, and the summary ---------------------------------------------------------------
+
 
 class EvalInterrupted(KeyboardInterrupt):
     """Ctrl-C during `evaluate`: carries the records of the questions that finished."""
@@ -34,11 +36,16 @@ def score_run(item: SuiteItem, result: AgentResult | None, seconds: float, error
     tool_errors = [{"step": s.index, "tool": s.action, "error": tool_error(s)} for s in steps if tool_error(s)]
     prediction = result.answer if result is not None else None
     record = {
-        "id": item.id, "question": item.question, "answer": item.answer, "prediction": prediction,
+        "id": item.id,
+        "question": item.question,
+        "answer": item.answer,
+        "prediction": prediction,
         "success": error is None and bool(prediction) and score(prediction, item.answer),
         "format_valid": error is None and bool(steps) and not format_errors,
-        "steps": len(steps), "valid_replies": len(steps) - len(format_errors),
-        "format_errors": format_errors, "tool_errors": tool_errors,
+        "steps": len(steps),
+        "valid_replies": len(steps) - len(format_errors),
+        "format_errors": format_errors,
+        "tool_errors": tool_errors,
         "repeated_calls": sum(1 for s in steps if s.kind == StepKind.REPEATED_CALL),
         "refused_calls": sum(1 for s in steps if s.kind == StepKind.REFUSED),
         "edited_calls": sum(1 for s in steps if s.edited_from is not None),
@@ -46,7 +53,8 @@ def score_run(item: SuiteItem, result: AgentResult | None, seconds: float, error
         "prompt_tokens": result.prompt_tokens if result is not None else None,
         "completion_tokens": result.completion_tokens if result is not None else None,
         "seconds": round(result.seconds if result is not None else seconds, 3),
-        "error": error, "trace": result,
+        "error": error,
+        "trace": result,
     }
     for key, value in item.extra.items():  # e.g. "source"; never over a field of the record
         record.setdefault(key, value)
@@ -85,7 +93,8 @@ def summarize(records: Sequence[dict], wall_seconds: float | None = None) -> dic
         "mean_seconds": round(sum(r["seconds"] for r in ran) / len(ran), 3) if ran else None,
         "prompt_tokens": total("prompt_tokens"),
         "completion_tokens": total("completion_tokens"),
-        "mean_prompt_tokens": mean("prompt_tokens"), "mean_completion_tokens": mean("completion_tokens"),
+        "mean_prompt_tokens": mean("prompt_tokens"),
+        "mean_completion_tokens": mean("completion_tokens"),
         "wall_seconds": round(wall_seconds, 3) if wall_seconds is not None else None,
         "by_need": by_need(records),
     }
@@ -111,8 +120,10 @@ def disagreements(columns: Sequence[tuple[str, Sequence[dict]]]) -> list[dict]:
     shared = [i for i in by_label[0][1] if all(i in found for _, found in by_label)]
     rows = []
     for qid in shared:
-        answers = [{"label": label, "success": found[qid]["success"], "prediction": found[qid]["prediction"]}
-                   for label, found in by_label]
+        answers = [
+            {"label": label, "success": found[qid]["success"], "prediction": found[qid]["prediction"]}
+            for label, found in by_label
+        ]
         if len({a["success"] for a in answers}) > 1:
             rows.append({"id": qid, "question": by_label[0][1][qid]["question"], "answers": answers})
     return rows
@@ -141,8 +152,12 @@ def evaluate(
 
     try:
         if concurrency > 1:
-            batch = run_many(agent_factory, [it.question for it in suite_items], concurrency=concurrency,
-                             on_done=lambda b: finish(b.index, b.result, b.seconds, b.error))
+            batch = run_many(
+                agent_factory,
+                [it.question for it in suite_items],
+                concurrency=concurrency,
+                on_done=lambda b: finish(b.index, b.result, b.seconds, b.error),
+            )
             for b in batch:  # run_many only logs a failing callback: score what it did not
                 if b.index not in done:
                     finish(b.index, b.result, b.seconds, b.error)

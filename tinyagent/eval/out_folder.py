@@ -7,6 +7,7 @@ written, each to a temporary file renamed over the old one, so a reader
 never sees half a file. A folder that holds results is refused unless `resume` (keep the questions
 that ran, run the rest; a run that crashed is run again) or `overwrite` is asked for.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,9 +23,23 @@ log = logging.getLogger(__name__)
 
 RESULTS, SUMMARY = "results.jsonl", "summary.json"
 #: What every record has held since the first results format: one without them is run again on --resume.
-RECORD_FIELDS = ("id", "question", "answer", "prediction", "success", "format_valid", "steps", "valid_replies",
-                 "format_errors", "tool_errors", "stop_reason", "prompt_tokens", "completion_tokens", "seconds",
-                 "error")
+RECORD_FIELDS = (
+    "id",
+    "question",
+    "answer",
+    "prediction",
+    "success",
+    "format_valid",
+    "steps",
+    "valid_replies",
+    "format_errors",
+    "tool_errors",
+    "stop_reason",
+    "prompt_tokens",
+    "completion_tokens",
+    "seconds",
+    "error",
+)
 #: Fields later versions added, and what an older record means by their absence (approval came later: none
 #: of its calls were refused or edited).
 ADDED_FIELDS = {"repeated_calls": 0, "refused_calls": 0, "edited_calls": 0}
@@ -38,8 +53,9 @@ def holds_results(out: Path, names: Sequence[str] = (RESULTS,)) -> bool:
     return (out / SUMMARY).exists() or any((out / n).exists() and (out / n).stat().st_size > 0 for n in names)
 
 
-def prepare(out: Path, resume: bool = False, overwrite: bool = False,
-            names: Sequence[str] = (RESULTS,)) -> dict[str, list[dict]]:
+def prepare(
+    out: Path, resume: bool = False, overwrite: bool = False, names: Sequence[str] = (RESULTS,)
+) -> dict[str, list[dict]]:
     """For each records file in `names`, the records to keep from an earlier run in `out` (none unless
     `resume`); ResultsError when the folder holds results and neither `resume` nor `overwrite` says what
     to do with them."""
@@ -48,8 +64,9 @@ def prepare(out: Path, resume: bool = False, overwrite: bool = False,
     if not holds_results(out, names) or overwrite:
         return {name: [] for name in names}
     if not resume:
-        raise ResultsError(f"{out} already holds results; pass --resume to finish that run or --overwrite "
-                           "to replace it")
+        raise ResultsError(
+            f"{out} already holds results; pass --resume to finish that run or --overwrite to replace it"
+        )
     kept = {}
     for name in names:
         records = (upgraded(record, out / name) for record in read_records(out / name))
@@ -62,8 +79,9 @@ def upgraded(record: dict, path: Path) -> dict | None:
     (ADDED_FIELDS); a record without one of RECORD_FIELDS is not one to keep (None: its question runs again)."""
     missing = [key for key in RECORD_FIELDS if key not in record]
     if missing:
-        log.warning("%s: the record of %s has no %s; that question runs again", path, record.get("id"),
-                    ", ".join(missing))
+        log.warning(
+            "%s: the record of %s has no %s; that question runs again", path, record.get("id"), ", ".join(missing)
+        )
         return None
     return {**ADDED_FIELDS, **record}
 
@@ -78,8 +96,9 @@ def read_records(path: Path) -> list[dict]:
             try:
                 record = json.loads(line)
             except (ValueError, RecursionError):
-                log.warning("%s, line %d: not a whole record (cut off by a crash?); that question runs again",
-                            path, number)
+                log.warning(
+                    "%s, line %d: not a whole record (cut off by a crash?); that question runs again", path, number
+                )
                 continue
             if isinstance(record, dict) and isinstance(record.get("id"), str):
                 records[record["id"]] = record

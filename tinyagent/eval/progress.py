@@ -1,5 +1,6 @@
 """Progress of a long evaluation: questions done, right so far and the time left. On a terminal, one bar
 redrawn in place; piped to a file or another program, one plain line per question (no control characters)."""
+
 from __future__ import annotations
 
 import time
@@ -35,8 +36,10 @@ def question_line(record: dict, mode: str = "agent") -> str:
     if record["error"]:
         notes.append(f"error: {record['error']}")
     steps = f"  steps={record['steps']}" if mode != "direct" else ""
-    return escape_controls(f"{mark} {record['id']}{steps}  {record['seconds']:.1f}s"  # the error may quote a server
-                           + (f"  ({', '.join(notes)})" if notes else ""))
+    return escape_controls(
+        f"{mark} {record['id']}{steps}  {record['seconds']:.1f}s"  # the error may quote a server
+        + (f"  ({', '.join(notes)})" if notes else "")
+    )
 
 
 class Progress:
@@ -46,8 +49,15 @@ class Progress:
     it is the throughput that counts, not one question's seconds.
     """
 
-    def __init__(self, total: int, mode: str, stream: TextIO, tty: bool | None = None,
-                 clock: Callable[[], float] = time.monotonic, kept: list[dict] = ()):
+    def __init__(
+        self,
+        total: int,
+        mode: str,
+        stream: TextIO,
+        tty: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        kept: list[dict] = (),
+    ):
         self.total, self.mode, self.stream, self.clock = total, mode, stream, clock
         self.tty = bool(getattr(stream, "isatty", lambda: False)()) if tty is None else tty
         # `kept`: an earlier run's records (--resume), counted as done but not in the time per question
@@ -74,6 +84,8 @@ class Progress:
     def close(self) -> None:
         """End the bar's line on a terminal, with the elapsed time."""
         if self.tty and self.done:
-            self.stream.write(f"\r\033[K{self.mode}: {self.done}/{self.total} done, right {self.right}, "
-                              f"in {duration(self.clock() - self.started)}\n")
+            self.stream.write(
+                f"\r\033[K{self.mode}: {self.done}/{self.total} done, right {self.right}, "
+                f"in {duration(self.clock() - self.started)}\n"
+            )
             self.stream.flush()

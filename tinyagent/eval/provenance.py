@@ -5,6 +5,7 @@ checksum and the command line. `compare` reads it back to say when runs were mad
 Checksums are sha256 of the files' bytes. A model's is kept in `TINYAGENT_CACHE/checksums.json` by path,
 size and modification time, so a multi-gigabyte model is read once, not on every run.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -28,12 +29,44 @@ WEIGHT_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt", ".pth")
 GIT_TIMEOUT = 5.0  # seconds for `git rev-parse`, which should take milliseconds
 
 #: The settings whose difference `compare` points out, as dotted keys of `run` (the suite is checked apart).
-COMPARED = ("model", "model_sha256", "backend", "dtype", "protocol", "constrained", "tools", "max_turns", "examples",
-            "thought_first", "working_first", "check_arithmetic", "ask_answer", "recheck", "search", "lang", "generation",
-            "fresh_cache", "prompts_sha256", "version", "commit", "search_tool")
+COMPARED = (
+    "model",
+    "model_sha256",
+    "backend",
+    "dtype",
+    "protocol",
+    "constrained",
+    "tools",
+    "max_turns",
+    "examples",
+    "thought_first",
+    "working_first",
+    "check_arithmetic",
+    "ask_answer",
+    "recheck",
+    "search",
+    "lang",
+    "generation",
+    "fresh_cache",
+    "prompts_sha256",
+    "version",
+    "commit",
+    "search_tool",
+)
 #: No bearing on the direct baseline, nor on retrieve-then-answer.
-AGENT_SETTINGS = ("protocol", "constrained", "tools", "max_turns", "examples", "thought_first", "working_first",
-                  "check_arithmetic", "ask_answer", "recheck", "search")
+AGENT_SETTINGS = (
+    "protocol",
+    "constrained",
+    "tools",
+    "max_turns",
+    "examples",
+    "thought_first",
+    "working_first",
+    "check_arithmetic",
+    "ask_answer",
+    "recheck",
+    "search",
+)
 #: The tool retrieve-then-answer searched with: no bearing on the agent or the model alone.
 RAG_SETTINGS = ("search_tool",)
 
@@ -113,9 +146,12 @@ def git_commit() -> str | None:
     if not (root / ".git").exists():
         return None
     try:
+
         def git(*args: str) -> str:
-            return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True,
-                                  timeout=GIT_TIMEOUT).stdout.strip()
+            return subprocess.run(
+                ["git", "-C", str(root), *args], capture_output=True, text=True, check=True, timeout=GIT_TIMEOUT
+            ).stdout.strip()
+
         commit = git("rev-parse", "HEAD")
         dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
     except (OSError, subprocess.SubprocessError):
@@ -123,8 +159,16 @@ def git_commit() -> str | None:
     return commit + ("+dirty" if dirty else "")
 
 
-def provenance(cfg: config.Config, agent: Agent, suite: str | Path, command: str, baseline: str,
-               concurrency: int, modes: list[str] | None = None, search_tool: str | None = None) -> dict:
+def provenance(
+    cfg: config.Config,
+    agent: Agent,
+    suite: str | Path,
+    command: str,
+    baseline: str,
+    concurrency: int,
+    modes: list[str] | None = None,
+    search_tool: str | None = None,
+) -> dict:
     """The `run` record of summary.json (redacted): `agent` is one the run's agents are built like (its
     protocol's settings as resolved, its prompts' checksum); `command` is the command line as typed, `modes`
     the columns the run made (agent, direct, rag), `search_tool` the tool retrieve-then-answer searched with."""
@@ -132,13 +176,30 @@ def provenance(cfg: config.Config, agent: Agent, suite: str | Path, command: str
     model = m.name if m.backend == "openai" else "embedded" if m.backend == "embedded" else m.path
     if m.gguf_file:
         model = f"{model}/{m.gguf_file}"
-    return redact({
-        "model": model, "model_sha256": model_checksum(cfg), "backend": m.backend, "base_url": m.base_url,
-        "device": m.device, "dtype": m.dtype, **agent.protocol.record(),
-        "tools": list(agent.tools), "max_turns": agent.max_turns, "lang": cfg.agent.lang,
-        "generation": cfg.generation_kwargs(), "baseline": baseline, "modes": modes,
-        "search_tool": search_tool, "concurrency": concurrency,
-        "prompts_sha256": agent.prompts.sha256, "version": __version__, "commit": git_commit(),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "suite": str(suite), "suite_sha256": file_sha256(Path(suite)),
-        "config": cfg.source, "command": command,
-    })
+    return redact(
+        {
+            "model": model,
+            "model_sha256": model_checksum(cfg),
+            "backend": m.backend,
+            "base_url": m.base_url,
+            "device": m.device,
+            "dtype": m.dtype,
+            **agent.protocol.record(),
+            "tools": list(agent.tools),
+            "max_turns": agent.max_turns,
+            "lang": cfg.agent.lang,
+            "generation": cfg.generation_kwargs(),
+            "baseline": baseline,
+            "modes": modes,
+            "search_tool": search_tool,
+            "concurrency": concurrency,
+            "prompts_sha256": agent.prompts.sha256,
+            "version": __version__,
+            "commit": git_commit(),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "suite": str(suite),
+            "suite_sha256": file_sha256(Path(suite)),
+            "config": cfg.source,
+            "command": command,
+        }
+    )

@@ -19,6 +19,7 @@ The rules, and why:
   part of one of the `not_within` phrases: those are taken out of the prediction first. Jay Chou's first
   album is "Jay"; without this, any answer naming the singer would be right.
 """
+
 from __future__ import annotations
 
 import json
@@ -103,7 +104,9 @@ def score(prediction: str | None, gold: Gold) -> bool:
     if isinstance(gold, list):
         return any(score(prediction, g) for g in gold)
     if isinstance(gold, bool):
-        raise TypeError("a gold answer must be a string, a number, a list or a {text, not_within} mapping, not a boolean")
+        raise TypeError(
+            "a gold answer must be a string, a number, a list or a {text, not_within} mapping, not a boolean"
+        )
     if isinstance(gold, (int, float)):
         numbers = extract_numbers(prediction)
         return bool(numbers) and numbers_match(numbers[-1], float(gold))
@@ -111,8 +114,9 @@ def score(prediction: str | None, gold: Gold) -> bool:
         return text_match(prediction, gold)
     if isinstance(gold, dict) and is_valid_gold(gold):
         return text_match(prediction, gold["text"], gold.get("not_within", ()))
-    raise TypeError(f"a gold answer must be a string, a number, a list or a {{text, not_within}} mapping, not "
-                    f"{type(gold).__name__}")
+    raise TypeError(
+        f"a gold answer must be a string, a number, a list or a {{text, not_within}} mapping, not {type(gold).__name__}"
+    )
 
 
 def is_valid_gold(gold) -> bool:
@@ -121,9 +125,13 @@ def is_valid_gold(gold) -> bool:
         return bool(gold) and all(is_valid_gold(g) and not isinstance(g, list) for g in gold)
     if isinstance(gold, dict):
         phrases = gold.get("not_within", [])
-        return (set(gold) <= {"text", "not_within"} and is_valid_gold(gold.get("text"))
-                and isinstance(gold.get("text"), str) and isinstance(phrases, list)
-                and all(isinstance(x, str) and normalize_text(x) for x in phrases))
+        return (
+            set(gold) <= {"text", "not_within"}
+            and is_valid_gold(gold.get("text"))
+            and isinstance(gold.get("text"), str)
+            and isinstance(phrases, list)
+            and all(isinstance(x, str) and normalize_text(x) for x in phrases)
+        )
     if isinstance(gold, bool):
         return False
     if isinstance(gold, (int, float)):
@@ -147,6 +155,7 @@ def tool_error(step: Step) -> str | None:
 
 
 # --- suites -------------------------------------------------------------------------------------
+
 
 class SuiteError(ValueError):
     """A suite file that cannot be used; the message is one line naming the file (and line)."""
@@ -191,8 +200,10 @@ def load_suite(path: str | Path) -> list[SuiteItem]:
         if not isinstance(question, str) or not question.strip():
             raise SuiteError(f"{where}: question must be a non-empty string")
         if not is_valid_gold(answer):
-            raise SuiteError(f"{where}: answer must be a non-empty string, a finite number, a "
-                             f"{{\"text\", \"not_within\"}} mapping, or a list of those, not {json.dumps(answer, ensure_ascii=False)[:60]}")
+            raise SuiteError(
+                f"{where}: answer must be a non-empty string, a finite number, a "
+                f"{{\"text\", \"not_within\"}} mapping, or a list of those, not {json.dumps(answer, ensure_ascii=False)[:60]}"
+            )
         item_id = str(item_id)
         if item_id in seen:
             raise SuiteError(f"{where}: id {item_id!r} is already used on line {seen[item_id]}")

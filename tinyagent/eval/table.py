@@ -1,6 +1,7 @@
 """The printed tables: summaries side by side (the agent, the model alone (`direct`) and retrieve-then-answer
 (`rag`) of one run, or many runs for `compare`), and the questions on which they disagree, each with every
 column's answer, and which column alone got it right."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -99,8 +100,9 @@ def format_disagreements(rows: Sequence[dict], limit: int | None = None) -> str:
         labels = [a["label"] for a in rows[0]["answers"]]
         lines.insert(0, "right in one column only: " + ", ".join(f"{label} {alone.count(label)}" for label in labels))
     for row, label in list(zip(rows, alone))[:limit]:
-        answers = "   ".join(f"{a['label']}: {'ok' if a['success'] else 'FAIL'} {_answer(a['prediction'])}"
-                              for a in row["answers"])
+        answers = "   ".join(
+            f"{a['label']}: {'ok' if a['success'] else 'FAIL'} {_answer(a['prediction'])}" for a in row["answers"]
+        )
         lines.append(f"  {row['id']}  {answers}" + (f"   (only {label})" if label else ""))
     if limit is not None and len(rows) > limit:
         lines.append(f"  ... and {len(rows) - limit} more (see the HTML page)")
@@ -112,7 +114,7 @@ def shown_answer(prediction: str | None, limit: int = ANSWER_CLIP) -> str:
     if prediction is None:
         return "(none)"
     text = escape_controls(" ".join(str(prediction).split()))  # a model's text: nothing in it drives the terminal
-    return text if len(text) <= limit else "…" + text[len(text) - limit + 1:]
+    return text if len(text) <= limit else "…" + text[len(text) - limit + 1 :]
 
 
 def _answer(prediction: str | None) -> str:

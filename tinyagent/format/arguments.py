@@ -4,6 +4,7 @@ Pure text in, data out: JSON objects that are almost right are repaired (json-re
 goes to a tool's one parameter; anything else raises ActionInputError with a message for the model.
 One reader for both protocols: ReAct's Action Input and the arguments of a native tool call.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,9 @@ MAX_ARGS_CHARS = 20_000
 #: Objects and lists nested deeper than this are refused: no tool needs it, and the copies a run makes of
 #: its arguments (traces, the repeated-call guard) recurse once per level.
 MAX_ARGS_DEPTH = 20
-_FULL_WIDTH = str.maketrans({"“": '"', "”": '"', "‘": "'", "’": "'", "：": ":", "，": ",",
-                             "｛": "{", "｝": "}", "［": "[", "］": "]"})
+_FULL_WIDTH = str.maketrans(
+    {"“": '"', "”": '"', "‘": "'", "’": "'", "：": ":", "，": ",", "｛": "{", "｝": "}", "［": "[", "］": "]"}
+)
 
 
 def read_arguments(text: str, tool=None) -> dict:
@@ -60,8 +62,10 @@ def read_arguments(text: str, tool=None) -> dict:
         return _from_parameter_format(value, tool)
     if param is None or (value is None and text[0] in "{｛" and re.search("[:：]", text)):  # an object, broken
         names = ", ".join(_parameter_names(tool)) or "none"
-        raise ActionInputError(f"the Action Input is not valid JSON: {clip(text, 100)!r}; write a JSON object with "
-                               f"the parameter names ({names})")
+        raise ActionInputError(
+            f"the Action Input is not valid JSON: {clip(text, 100)!r}; write a JSON object with "
+            f"the parameter names ({names})"
+        )
     return {param["name"]: _plain_value(_unwrapped(text), _json_type(param.get("schema") or {}))}
 
 
@@ -117,8 +121,7 @@ def _from_parameter_format(value: dict, tool) -> dict:
     name, given = value.get("name"), value.get("description")
     if name in params and given not in (None, "") and not _is_tool_description(given, params[name]):
         return {name: given}
-    raise ActionInputError("that is the tool's parameter description, not its arguments; write the values "
-                           "instead")
+    raise ActionInputError("that is the tool's parameter description, not its arguments; write the values instead")
 
 
 def _is_tool_description(text, param: dict) -> bool:
@@ -137,10 +140,13 @@ def parse_object(text: str) -> dict:
     try:
         other = json.loads(text)
     except ValueError:
-        raise ActionInputError(f"the Action Input is not valid JSON: {clip(text, 100)!r}. Write a JSON object such as "
-                               '{"name": "value"} with the parameter names of the tool') from None
-    raise ActionInputError('the Action Input must be a JSON object such as {"name": "value"}, '
-                           f"not {type(other).__name__}")
+        raise ActionInputError(
+            f"the Action Input is not valid JSON: {clip(text, 100)!r}. Write a JSON object such as "
+            '{"name": "value"} with the parameter names of the tool'
+        ) from None
+    raise ActionInputError(
+        f'the Action Input must be a JSON object such as {{"name": "value"}}, not {type(other).__name__}'
+    )
 
 
 def text_depth(text: str) -> int:
@@ -174,8 +180,10 @@ def check_arguments_depth(arguments) -> None:
 
 def _check_nesting(depth: int) -> None:
     if depth > MAX_ARGS_DEPTH:
-        raise NestedTooDeeply(f"the Action Input is nested {depth} levels deep (the limit is {MAX_ARGS_DEPTH}); "
-                               "write a flatter JSON object")
+        raise NestedTooDeeply(
+            f"the Action Input is nested {depth} levels deep (the limit is {MAX_ARGS_DEPTH}); "
+            "write a flatter JSON object"
+        )
 
 
 def _object_in(text: str) -> dict | None:
@@ -205,10 +213,10 @@ def _value_missing(text: str) -> bool:
     for i, ch in _Unquoted(text):
         if ch.isspace():
             continue
-        if ch in ",}" and last is not None and last[1] == ":" and not text[last[0] + 1: i].strip():
+        if ch in ",}" and last is not None and last[1] == ":" and not text[last[0] + 1 : i].strip():
             return True
         last = (i, ch)
-    return last is not None and last[1] == ":" and not text[last[0] + 1:].strip()
+    return last is not None and last[1] == ":" and not text[last[0] + 1 :].strip()
 
 
 def _repaired(text: str):
@@ -277,7 +285,7 @@ def balanced_object(text: str, start: int) -> str | None:
         elif ch == "}":
             depth -= 1
             if depth == 0:
-                return text[start: i + 1]
+                return text[start : i + 1]
     return None
 
 

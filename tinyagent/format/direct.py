@@ -4,6 +4,7 @@ working and a last line with the answer, and reading that line back. Pure text; 
 The eval harness asks the same model the same questions this way (`--baseline direct`) to tell whether
 the agent around it is why it is right.
 """
+
 from __future__ import annotations
 
 import re
@@ -17,7 +18,8 @@ _ANSWER_LINE = re.compile(
     r"^[ \t>*#_-]*(?:(?:so|therefore|thus|hence)[, ]+)?(?:the[ \t]+)?(?:final[ \t]+)?answer"
     r"[ \t]*(?:is|:)[ \t]*:?"
     r"|^[ \t>*#_-]*(?:所以|因此)?[，,]?(?:最终)?答案(?:是|为|[:：])[ \t]*[:：]?",
-    re.IGNORECASE | re.MULTILINE)
+    re.IGNORECASE | re.MULTILINE,
+)
 _TRIM = " \t*_`.。!！"
 
 
@@ -34,7 +36,7 @@ def read_direct_answer(reply: str) -> str | None:
     found = list(_ANSWER_LINE.finditer(visible))
     for m in reversed(found):
         end = visible.find("\n", m.end())
-        answer = visible[m.end(): end if end >= 0 else len(visible)].strip(_TRIM)
+        answer = visible[m.end() : end if end >= 0 else len(visible)].strip(_TRIM)
         if answer:
             return answer
     return None
@@ -75,9 +77,11 @@ def plain_answer(answer: str) -> str:
 
 # "The answer to the question is 1889.", "So the final answer is: Michael Collins", "问题的答案是 1979年": a lead-in
 # a model writes before the answer itself.
-_LEAD_IN = re.compile(r"^(?:(?:so|therefore|thus|hence)[, ]+)?(?:the )?(?:final )?answer(?: to (?:the|this|your) "
-                      r"(?:original )?question)?(?: is|:)\s*:?\s*|^(?:所以|因此)?[，,]?(?:这个|该)?(?:问题的)?(?:最终)?答案(?:是|为|[:：])\s*",
-                      re.IGNORECASE)
+_LEAD_IN = re.compile(
+    r"^(?:(?:so|therefore|thus|hence)[, ]+)?(?:the )?(?:final )?answer(?: to (?:the|this|your) "
+    r"(?:original )?question)?(?: is|:)\s*:?\s*|^(?:所以|因此)?[，,]?(?:这个|该)?(?:问题的)?(?:最终)?答案(?:是|为|[:：])\s*",
+    re.IGNORECASE,
+)
 # A question that asks for a year, and a year in an answer.
 _ASKS_YEAR = re.compile(r"\b(?:which|what) year\b|\bin what year\b|哪一年|哪年|何年|什么年份", re.IGNORECASE)
 _YEAR = re.compile(r"(?<![\d.,])(1\d{3}|20\d{2})(?!\d|[.,]\d)(年)?")

@@ -8,6 +8,7 @@ Use `examples_for(tool names, lang)` to get the examples that fit an agent's too
 
     agent = Agent(model, tools, examples=examples_for([t.name_for_model for t in tools], "en"))
 """
+
 from __future__ import annotations
 
 import copy
@@ -17,44 +18,50 @@ EXAMPLES: dict[str, list[dict]] = {
     "en": [
         {
             "question": "When was the Eiffel Tower completed, and how tall is it?",
-            "steps": [{
-                "thought": "I need facts about the Eiffel Tower, so I will search for it.",
-                "action": "local_search",
-                "action_input": {"search_query": "Eiffel Tower"},
-                "observation": "[1] Eiffel Tower\nThe Eiffel Tower is a wrought-iron lattice tower on the Champ "
-                               "de Mars in Paris, France. It was built by the company of the engineer Gustave "
-                               "Eiffel and completed in 1889 for the World's Fair. It is about 330 metres tall.",
-            }],
+            "steps": [
+                {
+                    "thought": "I need facts about the Eiffel Tower, so I will search for it.",
+                    "action": "local_search",
+                    "action_input": {"search_query": "Eiffel Tower"},
+                    "observation": "[1] Eiffel Tower\nThe Eiffel Tower is a wrought-iron lattice tower on the Champ "
+                    "de Mars in Paris, France. It was built by the company of the engineer Gustave "
+                    "Eiffel and completed in 1889 for the World's Fair. It is about 330 metres tall.",
+                }
+            ],
             "final_thought": "The search result gives both the year and the height.",
             "answer": "The Eiffel Tower was completed in 1889 and is about 330 metres tall.",
         },
         {
             "question": "A train travels 420 km in 3.5 hours. What is its average speed?",
-            "steps": [{
-                "thought": "Average speed is distance divided by time, so I will compute 420 / 3.5.",
-                "action": "calculator",
-                "action_input": {"expression": "420 / 3.5"},
-                "observation": "120",
-            }],
+            "steps": [
+                {
+                    "thought": "Average speed is distance divided by time, so I will compute 420 / 3.5.",
+                    "action": "calculator",
+                    "action_input": {"expression": "420 / 3.5"},
+                    "observation": "120",
+                }
+            ],
             "final_thought": "The calculator gives 120, in kilometres per hour.",
             "answer": "Its average speed is 120 km/h.",
         },
         {
             "question": "A baker makes 3 trays of 12 muffins. She sells 25 muffins and gives 4 to a friend. "
-                        "How many muffins are left?",
-            "steps": [{
-                "thought": "She makes 3 * 12 = 36 muffins.\nShe sells 25 and gives away 4, so 25 + 4 = 29 are "
-                           "gone.\nThat leaves 36 - 29 = 7 muffins. I will check the whole computation.",
-                "action": "calculator",
-                "action_input": {"expression": "3 * 12 - (25 + 4)"},
-                "observation": "7",
-            }],
+            "How many muffins are left?",
+            "steps": [
+                {
+                    "thought": "She makes 3 * 12 = 36 muffins.\nShe sells 25 and gives away 4, so 25 + 4 = 29 are "
+                    "gone.\nThat leaves 36 - 29 = 7 muffins. I will check the whole computation.",
+                    "action": "calculator",
+                    "action_input": {"expression": "3 * 12 - (25 + 4)"},
+                    "observation": "7",
+                }
+            ],
             "final_thought": "The calculator confirms my working: 36 made, 29 gone, 7 left.",
             "answer": "7",
         },
         {
             "question": "Tom earns $15 an hour and works 8 hours a day, 5 days a week. He spends $120 a week "
-                        "on food. How much money does he keep each week?",
+            "on food. How much money does he keep each week?",
             "steps": [
                 {
                     "thought": "First his pay for one day: 15 * 8.",
@@ -64,7 +71,7 @@ EXAMPLES: dict[str, list[dict]] = {
                 },
                 {
                     "thought": "He earns 120 dollars a day, but that is only one step. Over 5 days he earns "
-                               "120 * 5, and he spends 120 on food, so he keeps 120 * 5 - 120.",
+                    "120 * 5, and he spends 120 on food, so he keeps 120 * 5 - 120.",
                     "action": "calculator",
                     "action_input": {"expression": "120 * 5 - 120"},
                     "observation": "480",
@@ -81,17 +88,17 @@ EXAMPLES: dict[str, list[dict]] = {
                     "action": "search",
                     "action_input": {"entity": "Albert Einstein"},
                     "observation": "Albert Einstein\nAlbert Einstein was a theoretical physicist born on 14 March "
-                                   "1879 in Ulm, Germany, and died on 18 April 1955 in Princeton, United States. "
-                                   "He developed the theory of relativity. He received the 1921 Nobel Prize in "
-                                   "Physics for his explanation of the photoelectric effect.",
+                    "1879 in Ulm, Germany, and died on 18 April 1955 in Princeton, United States. "
+                    "He developed the theory of relativity. He received the 1921 Nobel Prize in "
+                    "Physics for his explanation of the photoelectric effect.",
                 },
                 {
                     "thought": "The first paragraph does not say when. I will look up special relativity.",
                     "action": "lookup",
                     "action_input": {"keyword": "special relativity"},
                     "observation": "(Result 1 / 1) In 1905, often called his miracle year, he published four "
-                                   "papers: on the photoelectric effect, on Brownian motion, on special relativity, "
-                                   "and on the equivalence of mass and energy (E = mc2).",
+                    "papers: on the photoelectric effect, on Brownian motion, on special relativity, "
+                    "and on the equivalence of mass and energy (E = mc2).",
                 },
             ],
             "final_thought": "The paper on special relativity was one of his four papers of 1905.",
@@ -101,36 +108,42 @@ EXAMPLES: dict[str, list[dict]] = {
     "zh": [
         {
             "question": "珠穆朗玛峰有多高？",
-            "steps": [{
-                "thought": "我需要查询珠穆朗玛峰的海拔，先搜索一下。",
-                "action": "local_search",
-                "action_input": {"search_query": "珠穆朗玛峰 海拔"},
-                "observation": "[1] 珠穆朗玛峰\n珠穆朗玛峰是世界最高峰，位于中国与尼泊尔边境。"
-                               "2020年中国和尼泊尔共同测定其海拔为8848.86米。",
-            }],
+            "steps": [
+                {
+                    "thought": "我需要查询珠穆朗玛峰的海拔，先搜索一下。",
+                    "action": "local_search",
+                    "action_input": {"search_query": "珠穆朗玛峰 海拔"},
+                    "observation": "[1] 珠穆朗玛峰\n珠穆朗玛峰是世界最高峰，位于中国与尼泊尔边境。"
+                    "2020年中国和尼泊尔共同测定其海拔为8848.86米。",
+                }
+            ],
             "final_thought": "搜索结果给出了海拔，我现在知道最终答案了。",
             "answer": "珠穆朗玛峰的海拔为8848.86米（2020年中国和尼泊尔共同测定）。",
         },
         {
             "question": "一个正方形的边长是12厘米，它的面积是多少？",
-            "steps": [{
-                "thought": "正方形的面积等于边长的平方，我用计算器算 12**2。",
-                "action": "calculator",
-                "action_input": {"expression": "12**2"},
-                "observation": "144",
-            }],
+            "steps": [
+                {
+                    "thought": "正方形的面积等于边长的平方，我用计算器算 12**2。",
+                    "action": "calculator",
+                    "action_input": {"expression": "12**2"},
+                    "observation": "144",
+                }
+            ],
             "final_thought": "计算结果是144，单位是平方厘米。",
             "answer": "它的面积是144平方厘米。",
         },
         {
             "question": "面包师做了3盘松饼，每盘12个。她卖掉25个，又送给朋友4个。还剩多少个松饼？",
-            "steps": [{
-                "thought": "她一共做了 3 * 12 = 36 个松饼。\n卖掉25个、送出4个，一共少了 25 + 4 = 29 个。\n"
-                           "所以还剩 36 - 29 = 7 个。我用计算器核对整个算式。",
-                "action": "calculator",
-                "action_input": {"expression": "3 * 12 - (25 + 4)"},
-                "observation": "7",
-            }],
+            "steps": [
+                {
+                    "thought": "她一共做了 3 * 12 = 36 个松饼。\n卖掉25个、送出4个，一共少了 25 + 4 = 29 个。\n"
+                    "所以还剩 36 - 29 = 7 个。我用计算器核对整个算式。",
+                    "action": "calculator",
+                    "action_input": {"expression": "3 * 12 - (25 + 4)"},
+                    "observation": "7",
+                }
+            ],
             "final_thought": "计算器证实了我的推算：做了36个，少了29个，还剩7个。",
             "answer": "7",
         },
@@ -145,7 +158,7 @@ EXAMPLES: dict[str, list[dict]] = {
                 },
                 {
                     "thought": "他一天挣120元，但这只是其中一步。5天挣 120 * 5 元，再减去伙食费120元，"
-                               "所以存下 120 * 5 - 120 元。",
+                    "所以存下 120 * 5 - 120 元。",
                     "action": "calculator",
                     "action_input": {"expression": "120 * 5 - 120"},
                     "observation": "480",
@@ -162,7 +175,7 @@ EXAMPLES: dict[str, list[dict]] = {
                     "action": "search",
                     "action_input": {"entity": "孔子"},
                     "observation": "孔子\n孔子（公元前551年—公元前479年）是春秋时期的思想家和教育家，"
-                                   "儒家学派的创始人。他的言行由弟子及再传弟子记录在《论语》中。",
+                    "儒家学派的创始人。他的言行由弟子及再传弟子记录在《论语》中。",
                 },
                 {
                     "thought": "第一段没有提到周游列国，我来查找这个关键词。",

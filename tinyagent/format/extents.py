@@ -1,5 +1,6 @@
 """Where many objects in one text end, in one pass: how a reply with many lines that open an object is read
 in time linear in its length. Pure text."""
+
 from __future__ import annotations
 
 
@@ -30,11 +31,11 @@ class ObjectExtents:
 
     def _scan(self, k: int) -> tuple[int | None, int]:
         text, starts = self.text, self.starts
-        i, later = starts[k], k + 1   # later: the next start not yet passed
+        i, later = starts[k], k + 1  # later: the next start not yet passed
         depth = deepest = 0
         quote, escaped = "", False
         while i < len(text):
-            while later < len(starts) and starts[later] < i:   # passed inside a quoted string
+            while later < len(starts) and starts[later] < i:  # passed inside a quoted string
                 later += 1
             if not quote and later < len(starts) and starts[later] == i:
                 end, inner = self.extent[i]

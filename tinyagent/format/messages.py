@@ -3,6 +3,7 @@ trailing assistant message the model continues, or folded into the user turn for
 continue one. The tools protocol: each reply an assistant turn, each result a tool message.
 Pure data in, data out.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -13,6 +14,7 @@ from .observations import format_observation
 from .templates import shipped
 
 Message = dict  # {"role": "system" | "user" | "assistant" | "tool", "content": str, ...}
+
 
 def history_to_messages(history: Iterable | None) -> list[Message]:
     """TinyAgent history (a list of (user, assistant) pairs) or message dicts -> messages."""
@@ -29,8 +31,7 @@ def history_to_messages(history: Iterable | None) -> list[Message]:
 
 def scratchpad(steps, suffix: str = "") -> str:
     """The assistant message of a run: each non-final step's reply followed by its observation."""
-    return "".join(s.text + format_observation(s.observation or "")
-                   for s in steps if s.final_answer is None) + suffix
+    return "".join(s.text + format_observation(s.observation or "") for s in steps if s.final_answer is None) + suffix
 
 
 def prompt_messages(messages: list[Message], steps, suffix: str = "") -> list[Message]:
@@ -43,8 +44,10 @@ def prompt_messages(messages: list[Message], steps, suffix: str = "") -> list[Me
     steps = [s for s in steps if s.kind != StepKind.SEARCHED]
     if steps and steps[0].kind == StepKind.WORKING:  # only ever a run's first step (after a search)
         working, *steps = steps
-        messages += [{"role": "assistant", "content": working.text},
-                     {"role": "user", "content": working.observation or ""}]
+        messages += [
+            {"role": "assistant", "content": working.text},
+            {"role": "user", "content": working.observation or ""},
+        ]
     pad = scratchpad(steps, suffix)
     return [*messages, {"role": "assistant", "content": pad}] if pad else messages
 
@@ -61,8 +64,16 @@ def fold_scratchpad(messages: list[Message]) -> list[Message]:
 
 # --- the tools protocol: real assistant turns and tool results -----------------------------------
 
-def tool_turn_messages(messages: list[Message], steps, suffix: str = "", *, result_role: str | None = "tool",
-                       wrap=None, call_turns: bool = False) -> list[Message]:
+
+def tool_turn_messages(
+    messages: list[Message],
+    steps,
+    suffix: str = "",
+    *,
+    result_role: str | None = "tool",
+    wrap=None,
+    call_turns: bool = False,
+) -> list[Message]:
     """The conversation, then each model reply of the run as an assistant turn and its results.
 
     One reply may hold several calls (steps sharing a `turn`); its results follow it, one message each.
@@ -78,8 +89,14 @@ def tool_turn_messages(messages: list[Message], steps, suffix: str = "", *, resu
         assistant: Message = {"role": "assistant", "content": turn[0].text}
         calls = [s for s in turn if s.action is not None]
         if call_turns and calls:
-            assistant["tool_calls"] = [{"id": _call_id(s), "type": "function", "function": {
-                "name": s.action, "arguments": s.action_input or "{}"}} for s in calls]
+            assistant["tool_calls"] = [
+                {
+                    "id": _call_id(s),
+                    "type": "function",
+                    "function": {"name": s.action, "arguments": s.action_input or "{}"},
+                }
+                for s in calls
+            ]
         out.append(assistant)
         for s in turn:
             result = (s.observation or "").strip()

@@ -1,6 +1,7 @@
 """Which tool a model meant: a tool name as models write it, resolved against the tools at hand
 (exact, any case, the human name in English or Chinese, the name before a note, or the one tool a
 line mentions). Pure text."""
+
 from __future__ import annotations
 
 import re
@@ -19,10 +20,12 @@ def find_tool(written: str, tools):
     if not name:
         return None
     key = name.casefold()
-    for match in (lambda t: t.name_for_model == name,
-                  lambda t: t.name_for_model.casefold() == key,
-                  lambda t: _norm(t.name_for_model) == _norm(name),
-                  lambda t: _norm(name) in {_norm(h) for h in _human_names(t)}):
+    for match in (
+        lambda t: t.name_for_model == name,
+        lambda t: t.name_for_model.casefold() == key,
+        lambda t: _norm(t.name_for_model) == _norm(name),
+        lambda t: _norm(name) in {_norm(h) for h in _human_names(t)},
+    ):
         found = [t for t in tools if match(t)]
         if len(found) == 1:
             return found[0]

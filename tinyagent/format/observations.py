@@ -1,5 +1,6 @@
 """What the model reads after a step: observations, error observations with the form to copy, and the
 markers of text cut to fit (an observation's length cap, the context window). Pure text."""
+
 from __future__ import annotations
 
 import re
@@ -14,12 +15,15 @@ RAW_MARKER = "\n[... {n} more characters not kept ...]"
 #: Tool output past `max_observation_chars` is cut with this marker.
 TRUNCATION_MARKER = {"en": "\n[... {n} more characters cut ...]", "zh": "\n[……已截去 {n} 个字符……]"}
 #: Markers of what context fitting shortened (agent/context.py).
-OBSERVATION_MARK = {"en": "\n[... shortened to fit the context window ...]",
-                    "zh": "\n[……为适应上下文窗口已缩短……]"}
-QUESTION_MARK = {"en": "\n[... {n} characters omitted to fit the context window ...]\n",
-                 "zh": "\n[……为适应上下文窗口省略了 {n} 个字符……]\n"}
-HISTORY_MARK = {"en": "\n\n[{n} earlier conversation turn(s) omitted to fit the context window.]",
-                "zh": "\n\n[为适应上下文窗口，省略了之前的 {n} 轮对话。]"}
+OBSERVATION_MARK = {"en": "\n[... shortened to fit the context window ...]", "zh": "\n[……为适应上下文窗口已缩短……]"}
+QUESTION_MARK = {
+    "en": "\n[... {n} characters omitted to fit the context window ...]\n",
+    "zh": "\n[……为适应上下文窗口省略了 {n} 个字符……]\n",
+}
+HISTORY_MARK = {
+    "en": "\n\n[{n} earlier conversation turn(s) omitted to fit the context window.]",
+    "zh": "\n\n[为适应上下文窗口，省略了之前的 {n} 轮对话。]",
+}
 #: HISTORY_MARK at the end of a system prompt, in either language; group 1 is the count.
 HISTORY_MARK_RE = re.compile(r"\n\n\[(?=[^\[\]]*(?:context window|上下文窗口))[^\[\]\d]*(\d+)[^\[\]]*\]$")
 
@@ -54,6 +58,7 @@ def cut(text: str, limit: int, lang: str) -> str:
 
 # --- what to write instead ----------------------------------------------------------------------
 
+
 def example_call(tool) -> str:
     """`Action: name` and `Action Input: {...}` for `tool`, as two lines."""
     return f"Action: {tool.name_for_model}\nAction Input: {skeleton(tool)}"
@@ -65,7 +70,9 @@ def error_observation(message: str, worked_for=None, prompts: Prompts | None = N
     text = prompts.fill("react.error", "en", message=message)
     if worked_for is None:
         return text
-    return text + "\n" + prompts.fill("react.worked", "en", tool=worked_for.name_for_model, call=example_call(worked_for))
+    return (
+        text + "\n" + prompts.fill("react.worked", "en", tool=worked_for.name_for_model, call=example_call(worked_for))
+    )
 
 
 def repeated_call_observation(tool_name: str, step_number: int, prompts: Prompts | None = None) -> str:
@@ -87,14 +94,15 @@ def tool_failure(tool_name: str, error: BaseException) -> str:
 
 #: Chat-template control tokens of the model families TinyAgent knows, as they appear in text.
 _CONTROL = re.compile(
-    r"<\|[^<>|\n]{1,40}\|>"                             # ChatML, Llama 3, Phi, GLM, InternLM2: <|im_end|>
-    r"|<｜[^<>｜\n]{1,40}｜>"                             # DeepSeek: <｜User｜>, <｜end▁of▁sentence｜>
-    r"|</?s>|<</?SYS>>|\[/?INST\]"                       # Llama 2, Mistral
+    r"<\|[^<>|\n]{1,40}\|>"  # ChatML, Llama 3, Phi, GLM, InternLM2: <|im_end|>
+    r"|<｜[^<>｜\n]{1,40}｜>"  # DeepSeek: <｜User｜>, <｜end▁of▁sentence｜>
+    r"|</?s>|<</?SYS>>|\[/?INST\]"  # Llama 2, Mistral
     r"|\[/?(?:SYSTEM_PROMPT|TOOL_RESULTS|TOOL_CALLS|AVAILABLE_TOOLS|TOOL_CONTENT|THINK)\]"  # Mistral's later ones
-    r"|\[[gs]?MASK\]|<[se]op>"                            # GLM
+    r"|\[[gs]?MASK\]|<[se]op>"  # GLM
     r"|<(?:start|end)_of_\w{1,20}>|</?(?:bos|eos|pad|unk)>"  # Gemma, and the generic ones
-    r"|</?(?i:think)>|</?tool_(?:call|response)>"        # reasoning blocks, Qwen's tool blocks
-    r"|<\|?(?:eot_id|endoftext)\|?>")
+    r"|</?(?i:think)>|</?tool_(?:call|response)>"  # reasoning blocks, Qwen's tool blocks
+    r"|<\|?(?:eot_id|endoftext)\|?>"
+)
 #: A zero-width space after a token's first character: it reads the same and tokenises as plain text.
 _BREAK = "\u200b"
 

@@ -4,6 +4,7 @@ Pure text in, data out. `read_step(reply, tools)` is the one path from a reply t
 does with it: a tool call, a final answer, chit-chat taken as the answer, or a format error whose
 message says exactly what to write. docs/reply-forms.md lists what is accepted.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,10 @@ ACTION = _label(r"(?:Action|Tool)(?:[ \t]*\d+)?")
 ACTION_INPUT = _label(r"(?:Action|Tool)[ \t]*Input(?:[ \t]*\d+)?")
 FINAL = _label(r"Final[ \t]*Answer|最终答案|Answer")
 QUESTION = _label("Question")
-_ANY = _label(r"Thought|(?:Action|Tool)(?:[ \t]*Input)?(?:[ \t]*\d+)?|Final[ \t]*Answer|最终答案|Answer|Question|"
-              r"Observation")
+_ANY = _label(
+    r"Thought|(?:Action|Tool)(?:[ \t]*Input)?(?:[ \t]*\d+)?|Final[ \t]*Answer|最终答案|Answer|Question|"
+    r"Observation"
+)
 
 #: Kinds a reading can have (format errors among them: empty, malformed, unknown_tool, bad_input).
 READING_KINDS = tuple(k for k in StepKind if k.readable)
@@ -54,16 +57,17 @@ class Reading:
     kind: StepKind
     text: str
     thought: str = ""
-    action: str | None = None         # the tool's name_for_model, or the name as written when unknown
-    action_input: str | None = None   # the raw input text
-    arguments: dict | None = None     # parsed arguments, not yet checked against the tool's types
+    action: str | None = None  # the tool's name_for_model, or the name as written when unknown
+    action_input: str | None = None  # the raw input text
+    arguments: dict | None = None  # parsed arguments, not yet checked against the tool's types
     answer: str | None = None
-    error: str | None = None          # for format errors: what went wrong and what to write
-    call_id: str | None = None        # a native tool call's id, when the server gave one
-    thought_only: bool = False        # reasoning with no Action and no Final Answer after it
+    error: str | None = None  # for format errors: what went wrong and what to write
+    call_id: str | None = None  # a native tool call's id, when the server gave one
+    thought_only: bool = False  # reasoning with no Action and no Final Answer after it
 
 
 # --- invented observations ----------------------------------------------------------------------
+
 
 def observation_start(text: str) -> int | None:
     """Where an `Observation:` the model wrote itself begins (outside reasoning), or None."""
@@ -79,6 +83,7 @@ def cut_at_observation(text: str) -> str:
 
 # --- reading a step -----------------------------------------------------------------------------
 
+
 def read_step(reply: str, tools=(), lang: str = "en") -> Reading:
     """Resolve a reply against `tools` (objects with name_for_model, human_name, parameters)."""
     tools = list(tools)
@@ -86,14 +91,28 @@ def read_step(reply: str, tools=(), lang: str = "en") -> Reading:
     visible = mask_thinking(cut)
     if not visible.strip():
         if reply.strip():
-            return _error(StepKind.MALFORMED, cut.rstrip(), "your reply had reasoning but no step after it. "
-                          "After </think>, write Thought, then Action and Action Input, or Final Answer", tools)
-        return _error(StepKind.EMPTY, "", "your reply was empty. Write Thought, then Action and Action Input, "
-                      "or the Final Answer", tools)
+            return _error(
+                StepKind.MALFORMED,
+                cut.rstrip(),
+                "your reply had reasoning but no step after it. "
+                "After </think>, write Thought, then Action and Action Input, or Final Answer",
+                tools,
+            )
+        return _error(
+            StepKind.EMPTY,
+            "",
+            "your reply was empty. Write Thought, then Action and Action Input, or the Final Answer",
+            tools,
+        )
     final, action, given = FINAL.search(visible), ACTION.search(visible), ACTION_INPUT.search(visible)
     blob_at = _blob_start(visible)
-    thought = _thought(visible, min([m.start() for m in (action, given, final) if m]
-                                    + ([blob_at] if blob_at is not None else []), default=len(visible)))
+    thought = _thought(
+        visible,
+        min(
+            [m.start() for m in (action, given, final) if m] + ([blob_at] if blob_at is not None else []),
+            default=len(visible),
+        ),
+    )
     first_call = min((m.start() for m in (action, given) if m), default=None)
     if blob_at is not None and (first_call is None or blob_at < first_call) and not action:
         first_call = blob_at
@@ -104,9 +123,14 @@ def read_step(reply: str, tools=(), lang: str = "en") -> Reading:
     elif blob_at is not None:
         reading = _read_blob(cut, visible[blob_at:], tools)
     elif THOUGHT.search(visible) or QUESTION.search(visible):
-        reading = _error(StepKind.MALFORMED, cut.rstrip(), "your reply has no Action and no Final Answer. Write "
-                         "Action and Action Input to call a tool, or Final Answer: followed by the answer", tools,
-                         thought=thought)
+        reading = _error(
+            StepKind.MALFORMED,
+            cut.rstrip(),
+            "your reply has no Action and no Final Answer. Write "
+            "Action and Action Input to call a tool, or Final Answer: followed by the answer",
+            tools,
+            thought=thought,
+        )
         reading.thought_only = bool(thought) and not QUESTION.search(visible)
         return reading
     else:  # no ReAct labels at all: chit-chat, taken as the answer
@@ -116,18 +140,31 @@ def read_step(reply: str, tools=(), lang: str = "en") -> Reading:
 
 
 #: An answer that is only a placeholder copied from the prompt's format or an error's example.
-_PLACEHOLDER_ANSWER = re.compile(r"[<\[(（【]\s*(?:the |your |final )*(?:final )?(?:answer|答案|最终答案)[^>\])）】]{0,20}"
-                                 r"[>\])）】]\.?", re.IGNORECASE)
+_PLACEHOLDER_ANSWER = re.compile(
+    r"[<\[(（【]\s*(?:the |your |final )*(?:final )?(?:answer|答案|最终答案)[^>\])）】]{0,20}"
+    r"[>\])）】]\.?",
+    re.IGNORECASE,
+)
 
 
 def _final(visible: str, final: re.Match, thought: str, reply: str) -> Reading:
     answer = _until_next_label(visible, final.end())
     if not answer:
-        return _error(StepKind.MALFORMED, reply.rstrip(), "the Final Answer was empty. Write the answer on the same "
-                      "line: Final Answer: <your answer>", (), thought=thought)
+        return _error(
+            StepKind.MALFORMED,
+            reply.rstrip(),
+            "the Final Answer was empty. Write the answer on the same line: Final Answer: <your answer>",
+            (),
+            thought=thought,
+        )
     if _PLACEHOLDER_ANSWER.fullmatch(answer):
-        return _error(StepKind.MALFORMED, reply.rstrip(), f"the Final Answer {answer!r} is the example's "
-                      "placeholder. Write the answer itself after Final Answer:", (), thought=thought)
+        return _error(
+            StepKind.MALFORMED,
+            reply.rstrip(),
+            f"the Final Answer {answer!r} is the example's placeholder. Write the answer itself after Final Answer:",
+            (),
+            thought=thought,
+        )
     return Reading(StepKind.FINAL_ANSWER, reply.rstrip(), thought=thought, answer=answer)
 
 
@@ -135,35 +172,36 @@ def _until_next_label(text: str, start: int) -> str:
     """The text from `start` to the next ReAct label at a line start (a trailing Action block is not
     part of an answer)."""
     m = _ANY.search(text, start)
-    return text[start: m.start() if m else len(text)].strip()
+    return text[start : m.start() if m else len(text)].strip()
 
 
 def _thought(visible: str, end: int) -> str:
     """The reasoning before `end` (where the action or answer begins), without its `Thought:` label."""
     head = visible[:end]
     m = THOUGHT.search(head)
-    return (head[m.end():] if m else head).strip()
+    return (head[m.end() :] if m else head).strip()
 
 
 def _read_labelled_call(reply: str, visible: str, action, given, final, tools) -> Reading:
     if action is None or (given and given.start() < action.start()):
-        return _error(StepKind.MALFORMED, reply.rstrip(), "Action Input came without an Action line naming the tool",
-                      tools)
+        return _error(
+            StepKind.MALFORMED, reply.rstrip(), "Action Input came without an Action line naming the tool", tools
+        )
     inputs = [m for m in ACTION_INPUT.finditer(visible) if m.start() > action.start()]
     given = inputs[0] if inputs else None
     later = [m for m in ACTION.finditer(visible, action.end()) if not given or m.start() < given.start()]
     action = later[-1] if later else action  # the last Action label before its input
     if given:
-        name_text = visible[action.end(): given.start()]
+        name_text = visible[action.end() : given.start()]
         end = _next_label_start(visible, given.end())
-        input_text = visible[given.end(): end].strip()
+        input_text = visible[given.end() : end].strip()
     else:
         end = _next_label_start(visible, action.end())
-        name_text, input_text = visible[action.end(): end], None
+        name_text, input_text = visible[action.end() : end], None
     text = reply[:end].rstrip()
     inline = _INLINE_INPUT.search(name_text) if given is None else None
     if inline:  # `Tool: X Tool Input: Y` on one line
-        name_text, input_text = name_text[: inline.start()], name_text[inline.end():].strip()
+        name_text, input_text = name_text[: inline.start()], name_text[inline.end() :].strip()
     stripped = name_text.strip()
     by_keys = _tool_by_parameters(stripped, tools) if stripped.startswith("{") else None
     if stripped.startswith(("{", "```")) and input_text is None and by_keys is None:
@@ -171,15 +209,21 @@ def _read_labelled_call(reply: str, visible: str, action, given, final, tools) -
     if by_keys is not None:  # the arguments written on the Action line: the tool whose parameters they are
         given = input_text and _with_arguments(Reading(StepKind.ACTION, text, action_input=input_text), by_keys)
         chosen = input_text if given and given.kind == StepKind.ACTION else stripped
-        return _with_arguments(Reading(StepKind.ACTION, text, action=by_keys.name_for_model, action_input=chosen),
-                               by_keys)
+        return _with_arguments(
+            Reading(StepKind.ACTION, text, action=by_keys.name_for_model, action_input=chosen), by_keys
+        )
     line = stripped.split("\n", 1)[0].strip()
     bracket = re.fullmatch(r"([^\[\]\n]*?)\s*\[(.*)\]\s*\.?", stripped, re.DOTALL)
-    if bracket and bracket.group(1).strip() and input_text is None:  # the ReAct paper's one-line form: Search[Jay Chou], Finish[1979]
+    if (
+        bracket and bracket.group(1).strip() and input_text is None
+    ):  # the ReAct paper's one-line form: Search[Jay Chou], Finish[1979]
         name = clean_tool_name(bracket.group(1))
         if name.lower() == "finish" and not find_tool(name, tools):
-            return Reading(StepKind.FINAL_ANSWER, text, answer=bracket.group(2).strip()) if bracket.group(2).strip() \
+            return (
+                Reading(StepKind.FINAL_ANSWER, text, answer=bracket.group(2).strip())
+                if bracket.group(2).strip()
                 else _error(StepKind.MALFORMED, text, "Finish[] was empty: write Final Answer: <your answer>", tools)
+            )
         line, input_text = bracket.group(1), bracket.group(2).strip()
     name = clean_tool_name(line)
     if final and (not name or name.lower() in _NO_TOOL):
@@ -215,8 +259,11 @@ def _tool_by_parameters(text: str, tools):
         keys = set(parse_object(text))
     except (ActionInputError, NestedTooDeeply):
         return None
-    fits = [t for t in tools if keys and keys == {p["name"] for p in getattr(t, "parameters", None) or []
-                                                  if p.get("required")}]
+    fits = [
+        t
+        for t in tools
+        if keys and keys == {p["name"] for p in getattr(t, "parameters", None) or [] if p.get("required")}
+    ]
     return fits[0] if len(fits) == 1 else None
 
 
@@ -228,8 +275,10 @@ def _with_arguments(reading: Reading, tool) -> Reading:
         return reading
     copied = [k for k, v in (reading.arguments or {}).items() if isinstance(v, str) and v.strip() in ("...", "…")]
     if copied:
-        reading.kind, reading.error = StepKind.BAD_INPUT, (
-            f"{', '.join(map(repr, copied))} was the example's placeholder \"...\": write the real value")
+        reading.kind, reading.error = (
+            StepKind.BAD_INPUT,
+            (f"{', '.join(map(repr, copied))} was the example's placeholder \"...\": write the real value"),
+        )
     return reading
 
 
@@ -242,7 +291,7 @@ _CALL_KEYS = (re.compile(r"[\"']name[\"']\s*:"), re.compile(r"[\"'](?:arguments|
 def _blob_start(visible: str) -> int | None:
     """Where a JSON action object (fenced or bare, at a line start) begins, or None."""
     for m in re.finditer(r"(?:^|\n)[ \t]*(```[a-zA-Z]*[ \t]*\n?[ \t]*\{|\{)", visible):
-        head = visible[m.start(1): m.start(1) + 200]
+        head = visible[m.start(1) : m.start(1) + 200]
         if _ACTION_KEY.search(head) or all(k.search(head) for k in _CALL_KEYS):
             return m.start(1)
     return None
@@ -253,12 +302,16 @@ def _read_blob(reply: str, blob_text: str, tools, text: str | None = None) -> Re
     fence = FENCE.match(blob_text.strip())
     body = fence.group(1) if fence else blob_text
     try:
-        value = parse_object(body[body.find("{"):] if "{" in body else body)
+        value = parse_object(body[body.find("{") :] if "{" in body else body)
     except NestedTooDeeply as e:
         return _error(StepKind.MALFORMED, text, str(e), tools)
     except ActionInputError:
-        return _error(StepKind.MALFORMED, text, 'the JSON action could not be read. Write it as Action: <tool> and '
-                      'Action Input: {...} on two lines', tools)
+        return _error(
+            StepKind.MALFORMED,
+            text,
+            'the JSON action could not be read. Write it as Action: <tool> and Action Input: {...} on two lines',
+            tools,
+        )
     lowered = {str(k).lower(): v for k, v in value.items()}
     name = lowered.get("action", lowered.get("name"))
     args = lowered.get("action_input", lowered.get("arguments", lowered.get("parameters", lowered.get("args"))))
@@ -287,8 +340,13 @@ def answer_value(args) -> str:
 
 def _unknown_tool(name: str, text: str, tools) -> Reading:
     valid = ", ".join(t.name_for_model for t in tools) or "none"
-    return _error(StepKind.UNKNOWN_TOOL, text, f"unknown tool {name!r}. Valid tools: {valid}. Write only the tool's "
-                  "name on the Action line", tools, action=name)
+    return _error(
+        StepKind.UNKNOWN_TOOL,
+        text,
+        f"unknown tool {name!r}. Valid tools: {valid}. Write only the tool's name on the Action line",
+        tools,
+        action=name,
+    )
 
 
 def _error(kind: StepKind, text: str, message: str, tools, thought: str = "", action: str | None = None) -> Reading:
@@ -299,6 +357,7 @@ def _error(kind: StepKind, text: str, message: str, tools, thought: str = "", ac
 
 
 # --- the forced answer ----------------------------------------------------------------------------
+
 
 def read_forced_answer(reply: str) -> str:
     """The answer after the turn cap's `Final Answer:` prefill: the text up to the next label, or the

@@ -6,6 +6,7 @@ no ReAct labels.
 The eval harness asks the same model the same questions this way (`--baseline rag`) to tell whether the
 agent's own searching is worth its extra steps: an agent that is not at least as right as this is not.
 """
+
 from __future__ import annotations
 
 from .templates import Prompts, shipped

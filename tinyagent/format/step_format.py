@@ -5,6 +5,7 @@ automaton) and by servers with regex-guided decoding (the OpenAI backend sends i
 schema of a tool's arguments becomes a regex through outlines-core, the optional `constrained`
 extra; it is a pure function of the schema text, imported only when a pattern is built.
 """
+
 from __future__ import annotations
 
 import functools
@@ -82,8 +83,9 @@ def step_pattern(fmt: StepFormat, arguments_pattern: Callable[[str], str]) -> st
     answer = FREE_TEXT if fmt.answer_schema is None else arguments_pattern(fmt.answer_schema)
     if fmt.answer_only:
         return " ?" + answer
-    endings = [f"Action: {escape_pattern(name)}\\nAction Input: {arguments_pattern(schema)}"
-               for name, schema in fmt.tools]
+    endings = [
+        f"Action: {escape_pattern(name)}\\nAction Input: {arguments_pattern(schema)}" for name, schema in fmt.tools
+    ]
     if fmt.final_answer:
         endings.append("Final Answer: " + answer)
     return f"Thought: {FREE_TEXT}\\n(?:{'|'.join(endings)})"
@@ -95,6 +97,7 @@ def escape_pattern(text: str) -> str:
 
 
 # --- JSON arguments as a regex (outlines-core) ----------------------------------------------------
+
 
 def outlines_available() -> bool:
     """Whether outlines' engine (outlines-core) is installed, without importing it."""

@@ -6,6 +6,7 @@ replaces, and every other brace is left as it is, so a JSON example in a prompt 
 `Agent(prompts=...)` overrides any of them (`Prompts.overridden`); `Prompts.sha256` is what the eval
 records, so any changed text changes the checksum.
 """
+
 from __future__ import annotations
 
 import functools
@@ -43,8 +44,7 @@ class Prompts:
     def fill(self, name: str, lang: str = "en", /, **slots) -> str:
         """The prompt `name` in `lang` with its slots filled; a slot the text has but `slots` lacks stays
         as written (an override may leave slots out, and a bug shows in the text rather than raising)."""
-        return _SLOT.sub(lambda m: str(slots[m.group(1)]) if m.group(1) in slots else m.group(0),
-                         self.text(name, lang))
+        return _SLOT.sub(lambda m: str(slots[m.group(1)]) if m.group(1) in slots else m.group(0), self.text(name, lang))
 
     def overridden(self, overrides: Overrides | str | os.PathLike | None) -> Prompts:
         """These prompts with `overrides` in place: a mapping {name: text or {lang: text}} or a YAML file
@@ -64,8 +64,10 @@ class Prompts:
                     raise ValueError(f"prompts: {name}.{lang} must be text in en or zh")
                 unknown = set(_SLOT.findall(text)) - set(_SLOT.findall(" ".join(self.texts[name].values())))
                 if unknown:
-                    raise ValueError(f"prompts: {name} has no slot {', '.join(sorted(unknown))}; its slots: "
-                                     f"{', '.join(sorted(set(_SLOT.findall(self.text(name))))) or 'none'}")
+                    raise ValueError(
+                        f"prompts: {name} has no slot {', '.join(sorted(unknown))}; its slots: "
+                        f"{', '.join(sorted(set(_SLOT.findall(self.text(name))))) or 'none'}"
+                    )
                 texts[name][lang] = text
         return Prompts(texts)
 

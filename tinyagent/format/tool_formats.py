@@ -11,6 +11,7 @@ Four families (their instruct models' documented formats):
   `system name=<|plugin|>` message, results in an `environment name=<|plugin|>` turn (what lagent sends).
 Pure text.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,10 +30,10 @@ class ToolFormat:
     a `<think>` block, and such a call is taken when none follows the block."""
 
     name: str
-    open: str                     # what starts a call
-    close: str                    # what ends one ("" when the call runs to the end of the reply)
-    arguments_key: str            # "arguments" or "parameters"
-    separator: str                # between two calls of one turn
+    open: str  # what starts a call
+    close: str  # what ends one ("" when the call runs to the end of the reply)
+    arguments_key: str  # "arguments" or "parameters"
+    separator: str  # between two calls of one turn
     markers: tuple[str, ...]
     calls_in_thinking: bool = False
 
@@ -71,21 +72,41 @@ class ToolFormat:
         return rf'\{{"name": "{escape_pattern(name)}", "{self.arguments_key}": {arguments_pattern}\}}'
 
 
-FORMATS: dict[str, ToolFormat] = {f.name: f for f in (
-    ToolFormat("hermes", "<tool_call>", "</tool_call>", "arguments", "\n", ("<tool_call>", "</tool_call>"),
-               calls_in_thinking=True),
-    ToolFormat("llama3", "", "", "parameters", "; ", ("<|python_tag|>",)),
-    ToolFormat("mistral", "[TOOL_CALLS]", "", "arguments", ", ", ("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]")),
-    ToolFormat("internlm2", "<|action_start|><|plugin|>\n", "<|action_end|>", "parameters", "\n",
-               ("<|action_start|>", "<|plugin|>", "<|action_end|>")),
-)}
+FORMATS: dict[str, ToolFormat] = {
+    f.name: f
+    for f in (
+        ToolFormat(
+            "hermes",
+            "<tool_call>",
+            "</tool_call>",
+            "arguments",
+            "\n",
+            ("<tool_call>", "</tool_call>"),
+            calls_in_thinking=True,
+        ),
+        ToolFormat("llama3", "", "", "parameters", "; ", ("<|python_tag|>",)),
+        ToolFormat("mistral", "[TOOL_CALLS]", "", "arguments", ", ", ("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]")),
+        ToolFormat(
+            "internlm2",
+            "<|action_start|><|plugin|>\n",
+            "<|action_end|>",
+            "parameters",
+            "\n",
+            ("<|action_start|>", "<|plugin|>", "<|action_end|>"),
+        ),
+    )
+}
 #: Every family's markers: tokens a tool-call reply may hold, kept when it is decoded.
 MARKERS = tuple(dict.fromkeys(m for f in FORMATS.values() for m in f.markers))
 #: The format a model gets when neither its template nor its family says (the most common one).
 DEFAULT_FORMAT = "hermes"
 
-_SIGNS = (("internlm2", ("<|plugin|>", "<|action_start|>")), ("mistral", ("[TOOL_CALLS]",)),
-          ("hermes", ("<tool_call>",)), ("llama3", ("<|python_tag|>", "ipython", '"parameters"')))
+_SIGNS = (
+    ("internlm2", ("<|plugin|>", "<|action_start|>")),
+    ("mistral", ("[TOOL_CALLS]",)),
+    ("hermes", ("<tool_call>",)),
+    ("llama3", ("<|python_tag|>", "ipython", '"parameters"')),
+)
 
 
 def detect_format(template: str | None) -> str | None:
@@ -103,21 +124,26 @@ def template_takes_tools(template: str | None) -> bool:
 
 # --- what the model reads (its system prompt and forced answer: data/prompts/tools.yaml) ---------------
 
+
 def tools_block(fmt: ToolFormat, schemas: list[dict]) -> str:
     """The tools as the family's documented system text, for a template that does not render `tools=`."""
     lines = "\n".join(json.dumps(s, ensure_ascii=False) for s in schemas)
     if fmt.name == "llama3":
-        return ("Given the following functions, please respond with a JSON for a function call with its proper "
-                'arguments that best answers the given prompt.\n\nRespond in the format {"name": function name, '
-                '"parameters": dictionary of argument name and its value}. Do not use variables.\n\n' + lines)
+        return (
+            "Given the following functions, please respond with a JSON for a function call with its proper "
+            'arguments that best answers the given prompt.\n\nRespond in the format {"name": function name, '
+            '"parameters": dictionary of argument name and its value}. Do not use variables.\n\n' + lines
+        )
     if fmt.name == "mistral":
         return f"[AVAILABLE_TOOLS]{json.dumps(schemas, ensure_ascii=False)}[/AVAILABLE_TOOLS]"
     if fmt.name == "internlm2":
         return json.dumps([s.get("function", s) for s in schemas], ensure_ascii=False)
-    return ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided "
-            f"with function signatures within <tools></tools> XML tags:\n<tools>\n{lines}\n</tools>\n\nFor each "
-            "function call, return a json object with function name and arguments within <tool_call></tool_call> "
-            'XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
+    return (
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided "
+        f"with function signatures within <tools></tools> XML tags:\n<tools>\n{lines}\n</tools>\n\nFor each "
+        "function call, return a json object with function name and arguments within <tool_call></tool_call> "
+        'XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+    )
 
 
 def result_text(fmt: ToolFormat, result: str) -> str:
@@ -135,5 +161,7 @@ def tool_schema(tool, lang: str = "en") -> dict:
     for p in tool.parameters_for(lang):
         if p.get("description"):
             schema["properties"][p["name"]] = {**schema["properties"][p["name"]], "description": p["description"]}
-    return {"type": "function", "function": {"name": tool.name_for_model, "description": tool.description(lang),
-                                             "parameters": schema}}
+    return {
+        "type": "function",
+        "function": {"name": tool.name_for_model, "description": tool.description(lang), "parameters": schema},
+    }

@@ -7,6 +7,7 @@ arguments read by the one argument reader (`arguments.read_arguments`). Calls a 
 template already parsed (`structured`) are read the same way. Reasoning (`<think>`) is not read, except
 for a family that writes its call there. Pure text in, `Reading`s out.
 """
+
 from __future__ import annotations
 
 import ast
@@ -46,8 +47,9 @@ _CALL_START = re.compile(r"(?:^|\n)[ \t]*(?:```[a-zA-Z]*[ \t]*\n?[ \t]*)?[\[{]")
 _FINISH = {"final_answer", "final answer", "finish", "answer"}
 
 
-def read_calls(reply: str, tools=(), fmt: ToolFormat | None = None, lang: str = "en",
-               structured: list[dict] | None = None) -> list[Reading]:
+def read_calls(
+    reply: str, tools=(), fmt: ToolFormat | None = None, lang: str = "en", structured: list[dict] | None = None
+) -> list[Reading]:
     """What one reply does: a Reading per call (ACTION, or UNKNOWN_TOOL / BAD_INPUT / MALFORMED), or one
     FINAL_ANSWER, EMPTY or MALFORMED Reading. The first Reading holds the reply as `text`; `thought` is
     the text beside the calls."""
@@ -68,8 +70,15 @@ def read_calls(reply: str, tools=(), fmt: ToolFormat | None = None, lang: str = 
         return [_error(StepKind.MALFORMED, reply, "the tool call could not be read", tools, fmt)]
     if not visible.strip():
         if reply.strip():
-            return [_error(StepKind.MALFORMED, reply, "your reply had reasoning but no answer or tool call after "
-                           "it", tools, fmt)]
+            return [
+                _error(
+                    StepKind.MALFORMED,
+                    reply,
+                    "your reply had reasoning but no answer or tool call after it",
+                    tools,
+                    fmt,
+                )
+            ]
         return [_error(StepKind.EMPTY, reply, "your reply was empty", tools, fmt)]
     react = read_step(reply, tools, lang)
     if react.kind in (StepKind.ACTION, StepKind.BAD_INPUT, StepKind.UNKNOWN_TOOL, StepKind.FINAL_ANSWER):
@@ -86,6 +95,7 @@ def _readings(reply: str, rest: str, calls: list[tuple], tools, fmt: ToolFormat)
 
 # --- finding calls --------------------------------------------------------------------------------
 
+
 def _tagged_calls(text: str, fmt: ToolFormat) -> tuple[list[tuple], str, bool]:
     """Calls in tagged spans (the family's tags first): (calls, the text outside them, whether any tag was
     found). A close tag without its open is dropped, and the call object before it read as bare JSON."""
@@ -97,7 +107,7 @@ def _tagged_calls(text: str, fmt: ToolFormat) -> tuple[list[tuple], str, bool]:
         calls = [call for m in spans for call in _body_calls(m.group(1))]
         rest, at = "", 0
         for m in spans:
-            rest, at = rest + text[at: m.start()], m.end()
+            rest, at = rest + text[at : m.start()], m.end()
         return calls, rest + text[at:], True
     if "</tool_call>" in text:
         calls, rest = _bare_calls(text.replace("</tool_call>", ""))
@@ -208,8 +218,10 @@ def _keyword_arguments(text: str) -> dict | str | ActionInputError:
     for key, value in values.items():
         problem = _not_json(value)
         if problem:
-            return ActionInputError(f"the value of {key} is {problem}; write JSON values (strings, numbers, "
-                                    "true, false, null, lists, objects)")
+            return ActionInputError(
+                f"the value of {key} is {problem}; write JSON values (strings, numbers, "
+                "true, false, null, lists, objects)"
+            )
     return values
 
 
@@ -234,6 +246,7 @@ def _not_json(value) -> str | None:
 
 # --- one call -------------------------------------------------------------------------------------
 
+
 def _call(name, args, tools, fmt: ToolFormat, call_id: str | None) -> Reading:
     if not isinstance(name, str) or not name.strip():
         return _error(StepKind.MALFORMED, "", "the tool call has no tool name", tools, fmt, call_id=call_id)
@@ -245,8 +258,16 @@ def _call(name, args, tools, fmt: ToolFormat, call_id: str | None) -> Reading:
     raw = args if isinstance(args, str) else json.dumps(args if args is not None else {}, ensure_ascii=False)
     if tool is None:
         valid = ", ".join(t.name_for_model for t in tools) or "none"
-        return _error(StepKind.UNKNOWN_TOOL, "", f"unknown tool {name.strip()!r}. Valid tools: {valid}", tools, fmt,
-                      action=name.strip(), action_input=raw, call_id=call_id)
+        return _error(
+            StepKind.UNKNOWN_TOOL,
+            "",
+            f"unknown tool {name.strip()!r}. Valid tools: {valid}",
+            tools,
+            fmt,
+            action=name.strip(),
+            action_input=raw,
+            call_id=call_id,
+        )
     reading = Reading(StepKind.ACTION, "", action=tool.name_for_model, action_input=raw, call_id=call_id)
     if problem is not None:
         return _bad_arguments(reading, tool, problem, fmt)
@@ -259,8 +280,10 @@ def _call(name, args, tools, fmt: ToolFormat, call_id: str | None) -> Reading:
 
 def _bad_arguments(reading: Reading, tool, error: ActionInputError, fmt: ToolFormat) -> Reading:
     example = fmt.write_call(tool.name_for_model, json.loads(skeleton(tool)))
-    reading.kind, reading.error = StepKind.BAD_INPUT, f"bad arguments for {tool.name_for_model}: {error}. " \
-                                                      f"Write: {example}"
+    reading.kind, reading.error = (
+        StepKind.BAD_INPUT,
+        f"bad arguments for {tool.name_for_model}: {error}. Write: {example}",
+    )
     return reading
 
 

@@ -9,6 +9,7 @@
 
 Heavy backends (torch, transformers, llama_cpp) are imported only when first used.
 """
+
 from __future__ import annotations
 
 import importlib

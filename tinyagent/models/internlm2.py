@@ -4,6 +4,7 @@ InternLM2's own modeling code (`trust_remote_code=True`) no longer works with cu
 and running a checkpoint's code is a security risk; `engine/internlm2_loading.py` loads the weights
 onto `LlamaForCausalLM` instead. The remote code stays available as an opt-in.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,6 +23,7 @@ DEFAULT_META_INSTRUCTION = (
     "as English and 中文."
 )
 
+
 class InternLM2Chat(HFChatModel):
     """InternLM2 / InternLM2.5 chat models (e.g. internlm/internlm2-chat-1_8b), the TinyAgent model.
 
@@ -35,9 +37,18 @@ class InternLM2Chat(HFChatModel):
     tool_format = "internlm2"
     native_tools = True
 
-    def __init__(self, path: str, device: str = "auto", dtype="auto", trust_remote_code: bool = False,
-                 reuse_cache: bool = True, meta_instruction: str = DEFAULT_META_INSTRUCTION,
-                 max_batch: int = MAX_BATCH, kept_prefixes: int = KEPT_PREFIXES, **generation_defaults):
+    def __init__(
+        self,
+        path: str,
+        device: str = "auto",
+        dtype="auto",
+        trust_remote_code: bool = False,
+        reuse_cache: bool = True,
+        meta_instruction: str = DEFAULT_META_INSTRUCTION,
+        max_batch: int = MAX_BATCH,
+        kept_prefixes: int = KEPT_PREFIXES,
+        **generation_defaults,
+    ):
         if trust_remote_code:
             model, tokenizer = load_hf(path, device, dtype, trust_remote_code=True)
         else:
@@ -45,8 +56,15 @@ class InternLM2Chat(HFChatModel):
         self.meta_instruction = meta_instruction
         self._attach(model, tokenizer, reuse_cache, generation_defaults, max_batch, kept_prefixes)
 
-    def _attach(self, model, tokenizer, reuse_cache: bool, generation_defaults: dict, max_batch: int = MAX_BATCH,
-                kept_prefixes: int = KEPT_PREFIXES) -> None:
+    def _attach(
+        self,
+        model,
+        tokenizer,
+        reuse_cache: bool,
+        generation_defaults: dict,
+        max_batch: int = MAX_BATCH,
+        kept_prefixes: int = KEPT_PREFIXES,
+    ) -> None:
         super()._attach(model, tokenizer, reuse_cache, generation_defaults, max_batch, kept_prefixes)
         bos = tokenizer.bos_token_id
         self.add_bos = bos is not None and tokenizer("", add_special_tokens=True)["input_ids"][:1] == [bos]
@@ -59,8 +77,11 @@ class InternLM2Chat(HFChatModel):
         if not any(m["role"] == "system" for m in messages) and self.meta_instruction:
             messages = [{"role": "system", "content": self.meta_instruction}, *messages]
         if tools:
-            plugins = {"role": "system", "name": "plugin",
-                       "content": json.dumps([t.get("function", t) for t in tools], ensure_ascii=False)}
+            plugins = {
+                "role": "system",
+                "name": "plugin",
+                "content": json.dumps([t.get("function", t) for t in tools], ensure_ascii=False),
+            }
             at = 1 if messages and messages[0]["role"] == "system" else 0
             messages = [*messages[:at], plugins, *messages[at:]]
         continuing = bool(messages) and messages[-1]["role"] == "assistant"

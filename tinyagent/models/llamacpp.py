@@ -11,6 +11,7 @@ together, one `llama_decode` per step carrying a token of each (`engine.llama_ba
 own rules. A file whose weight type has no fast kernels on this CPU is converted once and cached
 (`engine.llama_weights`); threads default to the free physical cores (`engine.cpus`).
 """
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,8 @@ from ..engine.sequences import SequencePool
 from ..format.messages import Message
 from ..format.tool_formats import detect_format, template_takes_tools
 from ..text import StopHoldback, TextCallback, trim_at_stop
-from .model import Reply
 from .local import DEFAULT_GENERATION, END_OF_TURN_TOKENS, LocalChatModel
+from .model import Reply
 
 MAX_BATCH = 8  # calls generated together by default (the transformers batcher's too), each in a sequence of its own
 COPY_MIN = 32  # tokens a new conversation must share with a kept one to copy its stream rather than compute them
@@ -73,9 +74,19 @@ class LlamaCppModel(LocalChatModel):
     provider = "llama.cpp"
     model_id = property(lambda self: self.runtime.path.name)
 
-    def __init__(self, path: str | os.PathLike, context_window: int | None = None, threads: int | None = None,
-                 reuse_cache: bool = True, kept_prefixes: int | None = None, kv_cells: int | None = None,
-                 seed: int = 0, max_batch: int | None = None, weight_type: str = "auto", **generation_defaults):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        context_window: int | None = None,
+        threads: int | None = None,
+        reuse_cache: bool = True,
+        kept_prefixes: int | None = None,
+        kv_cells: int | None = None,
+        seed: int = 0,
+        max_batch: int | None = None,
+        weight_type: str = "auto",
+        **generation_defaults,
+    ):
         import numpy as np
 
         max_batch = MAX_BATCH if max_batch is None else max_batch
@@ -103,8 +114,13 @@ class LlamaCppModel(LocalChatModel):
 
     # --- prompts --------------------------------------------------------------------------
 
-    def _apply_template(self, messages: list[Message], add_generation_prompt: bool,
-                        continue_final_message: bool, tools: list[dict] | None = None) -> str:
+    def _apply_template(
+        self,
+        messages: list[Message],
+        add_generation_prompt: bool,
+        continue_final_message: bool,
+        tools: list[dict] | None = None,
+    ) -> str:
         return self._template(messages, add_generation_prompt, continue_final_message, tools)
 
     def encode_prompt(self, text: str) -> list[int]:
@@ -116,12 +132,24 @@ class LlamaCppModel(LocalChatModel):
 
     # --- generation -----------------------------------------------------------------------
 
-    def generate(self, messages: list[Message], stop: list[str] | None = None, *,
-                 max_new_tokens: int | None = None, temperature: float | None = None, top_p: float | None = None,
-                 repetition_penalty: float | None = None, no_repeat_ngram_size: int | None = None,
-                 max_line_tokens: int | None = None, on_text: TextCallback | None = None,
-                 logits_processor: list | None = None, constraint=None, cancel: threading.Event | None = None,
-                 tools: list[dict] | None = None, **ignored) -> Reply:
+    def generate(
+        self,
+        messages: list[Message],
+        stop: list[str] | None = None,
+        *,
+        max_new_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        repetition_penalty: float | None = None,
+        no_repeat_ngram_size: int | None = None,
+        max_line_tokens: int | None = None,
+        on_text: TextCallback | None = None,
+        logits_processor: list | None = None,
+        constraint=None,
+        cancel: threading.Event | None = None,
+        tools: list[dict] | None = None,
+        **ignored,
+    ) -> Reply:
         """Continue `messages`; returns the new text (before the first stop string) with usage counts.
 
         The keywords are `HFChatModel.generate`'s; `logits_processor` holds functions
@@ -131,30 +159,44 @@ class LlamaCppModel(LocalChatModel):
         """
         self.check_generation_options(ignored)
         stop = [s for s in stop or () if s]
-        options = self._options(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                                repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
-                                max_line_tokens=max_line_tokens)
+        options = self._options(
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            repetition_penalty=repetition_penalty,
+            no_repeat_ngram_size=no_repeat_ngram_size,
+            max_line_tokens=max_line_tokens,
+        )
         ids = self.encode_prompt(self.render_prompt(messages, tools))
         room = self.context_window - len(ids)
         if room < 1:
-            raise ValueError(f"the prompt has {len(ids)} tokens, more than the context window of "
-                             f"{self.context_window} allows")
+            raise ValueError(
+                f"the prompt has {len(ids)} tokens, more than the context window of {self.context_window} allows"
+            )
         budget = min(options["max_new_tokens"], room)
         step, repetition = self._reply_rules(options, constraint, stop, budget)
-        chooser = ReplyChooser(ids, list(logits_processor or []), step, repetition, options["temperature"],
-                               options["top_p"], self._rng)
+        chooser = ReplyChooser(
+            ids, list(logits_processor or []), step, repetition, options["temperature"], options["top_p"], self._rng
+        )
         holdback = StopHoldback(on_text, stop) if on_text else None
         started = time.perf_counter()
-        request = self._batcher.run(Request(ids, chooser, budget, stop, self._end_ids, self.runtime.piece, holdback,
-                                            cancel, self._reuse))
+        request = self._batcher.run(
+            Request(ids, chooser, budget, stop, self._end_ids, self.runtime.piece, holdback, cancel, self._reuse)
+        )
         seconds = time.perf_counter() - started
         new, whole = request.new, request.text
         text = trim_at_stop(whole, stop)
         if holdback:
             holdback.finish(text)
         capped = len(new) >= budget and text == whole and not (new and new[-1] in self._end_ids)
-        return Reply(text, prompt_tokens=len(ids), completion_tokens=len(new), seconds=seconds,
-                     cached_tokens=request.reused, finish_reason="length" if capped else "stop")
+        return Reply(
+            text,
+            prompt_tokens=len(ids),
+            completion_tokens=len(new),
+            seconds=seconds,
+            cached_tokens=request.reused,
+            finish_reason="length" if capped else "stop",
+        )
 
     @property
     def reuse_cache(self) -> bool:

@@ -1,4 +1,5 @@
 """The model interface (layer 2): one method to implement, `generate`, and the `Reply` it returns."""
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -20,9 +21,9 @@ class Reply:
     tool_calls: list[dict] | None = None  # calls the backend parsed itself: [{"id", "name", "arguments"}]
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
-    cached_tokens: int | None = None        # prompt tokens read from the KV cache, not computed again
+    cached_tokens: int | None = None  # prompt tokens read from the KV cache, not computed again
     seconds: float | None = None
-    finish_reason: str | None = None        # "stop" (a stop string or the end of the turn) or "length"
+    finish_reason: str | None = None  # "stop" (a stop string or the end of the turn) or "length"
 
     def __str__(self) -> str:
         """The text alone (`print(reply)`); string operations need `reply.text`, which keeps nothing else."""
@@ -40,8 +41,13 @@ class Reply:
     @property
     def usage(self) -> dict:
         """The counts, as a run adds them up."""
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "seconds": self.seconds, "cached_tokens": self.cached_tokens, "finish_reason": self.finish_reason}
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "seconds": self.seconds,
+            "cached_tokens": self.cached_tokens,
+            "finish_reason": self.finish_reason,
+        }
 
 
 class BaseModel(ABC):
@@ -99,8 +105,10 @@ class BaseModel(ABC):
         unknown = self.unknown_options(options, agent_options)
         if unknown:
             valid = self._valid_options(agent_options)
-            raise TypeError(f"{type(self).__name__}.{where}() got unknown keyword argument(s) "
-                            f"{', '.join(map(repr, unknown))}; valid: {', '.join(sorted(valid))}")
+            raise TypeError(
+                f"{type(self).__name__}.{where}() got unknown keyword argument(s) "
+                f"{', '.join(map(repr, unknown))}; valid: {', '.join(sorted(valid))}"
+            )
 
     def _valid_options(self, agent_options: bool) -> frozenset[str]:
         return self.generation_options | (self.AGENT_OPTIONS if agent_options else frozenset())

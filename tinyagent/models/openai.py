@@ -24,6 +24,7 @@ The tools protocol sends `tools=` and reads the reply's `tool_calls` (also strea
 vLLM, LMDeploy, the llama.cpp server, Ollama and `transformers serve` return; the run's replies go back
 as assistant turns with their `tool_calls` and `tool` messages naming each call's id.
 """
+
 from __future__ import annotations
 
 import json
@@ -94,8 +95,9 @@ class OpenAIChatModel(BaseModel):
         if scratchpad not in SCRATCHPAD_MODES:
             raise ValueError(f"scratchpad must be one of {SCRATCHPAD_MODES}, not {scratchpad!r}")
         if guided_decoding not in (None, *GUIDED_DECODING_FIELDS):
-            raise ValueError(f"guided_decoding must be None or one of {GUIDED_DECODING_FIELDS}, "
-                             f"not {guided_decoding!r}")
+            raise ValueError(
+                f"guided_decoding must be None or one of {GUIDED_DECODING_FIELDS}, not {guided_decoding!r}"
+            )
         if deadline is not None and not deadline > 0:
             raise ValueError(f"deadline must be a positive number of seconds or None, not {deadline!r}")
         if guided_decoding is not None:
@@ -131,8 +133,7 @@ class OpenAIChatModel(BaseModel):
     model_id = property(lambda self: self.model)
 
     def __repr__(self) -> str:
-        return (f"OpenAIChatModel(base_url={self.shown_url!r}, model={self.model!r}, "
-                f"scratchpad={self.scratchpad!r})")
+        return f"OpenAIChatModel(base_url={self.shown_url!r}, model={self.model!r}, scratchpad={self.scratchpad!r})"
 
     # --- the context window ------------------------------------------------------------------
 
@@ -184,8 +185,16 @@ class OpenAIChatModel(BaseModel):
         response = self._post(payload, deadline)
         try:
             if on_text is not None and "text/event-stream" in response.headers.get("Content-Type", ""):
-                text, usage, calls = read_stream(response, self.url, stops, on_text, payload.get("max_tokens"),
-                                                 self.max_response_bytes, deadline, self.timeout)
+                text, usage, calls = read_stream(
+                    response,
+                    self.url,
+                    stops,
+                    on_text,
+                    payload.get("max_tokens"),
+                    self.max_response_bytes,
+                    deadline,
+                    self.timeout,
+                )
             else:  # also a server that ignored "stream" and sent one JSON body
                 text, usage, calls = read_body(response, self.url, self.max_response_bytes, deadline)
                 text = trim_at_stop(text, stops)
@@ -196,7 +205,8 @@ class OpenAIChatModel(BaseModel):
         prompt_tokens, completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
         return Reply(
             text,
-            prompt_tokens=self.count_tokens(payload["messages"], payload.get("tools")) if prompt_tokens is None
+            prompt_tokens=self.count_tokens(payload["messages"], payload.get("tools"))
+            if prompt_tokens is None
             else prompt_tokens,
             completion_tokens=estimate_tokens(text) if completion_tokens is None else completion_tokens,
             seconds=time.perf_counter() - started,
@@ -236,9 +246,12 @@ class OpenAIChatModel(BaseModel):
         if self.guided_decoding is None:
             if not self._warned_unconstrained:
                 self._warned_unconstrained = True
-                log.warning("%s: replies are not constrained: set guided_decoding='structured_outputs' "
-                            "(vLLM >= 0.12) or 'guided_regex' (older vLLM) for a server with regex-guided "
-                            "decoding", self.shown_url)
+                log.warning(
+                    "%s: replies are not constrained: set guided_decoding='structured_outputs' "
+                    "(vLLM >= 0.12) or 'guided_regex' (older vLLM) for a server with regex-guided "
+                    "decoding",
+                    self.shown_url,
+                )
             return
         regex = pattern_of(constraint)
         if self.guided_decoding == "structured_outputs":
@@ -262,11 +275,17 @@ class OpenAIChatModel(BaseModel):
         return headers
 
     def _post(self, payload: dict, deadline: Deadline) -> requests.Response:
-        log.debug("POST %s (%d messages, stream=%s)", self.url, len(payload["messages"]),
-                  bool(payload.get("stream")))
-        response = post_json(self.url, payload, headers=self._headers(), timeout=self.timeout,
-                             max_retries=self.max_retries, backoff=self.backoff, session=self._session(),
-                             deadline=deadline)
+        log.debug("POST %s (%d messages, stream=%s)", self.url, len(payload["messages"]), bool(payload.get("stream")))
+        response = post_json(
+            self.url,
+            payload,
+            headers=self._headers(),
+            timeout=self.timeout,
+            max_retries=self.max_retries,
+            backoff=self.backoff,
+            session=self._session(),
+            deadline=deadline,
+        )
         if response.status_code >= 400:
             try:
                 message = self._http_error(response, payload, deadline)
@@ -287,10 +306,14 @@ class OpenAIChatModel(BaseModel):
             body = data.decode("utf-8", errors="replace")
         message = f"{self.url} answered HTTP {response.status_code}: {error_detail(body)}"
         if "continue_final_message" in payload and response.status_code in (400, 422):
-            message += (" (this server may not support continuing an assistant message with "
-                        "continue_final_message; set scratchpad='fold')")
+            message += (
+                " (this server may not support continuing an assistant message with "
+                "continue_final_message; set scratchpad='fold')"
+            )
         guided = [f for f in GUIDED_DECODING_FIELDS if f in payload]
         if guided and response.status_code in (400, 422):
-            message += (f" (this server may not support regex-guided decoding through {guided[0]}; "
-                        "try the other guided_decoding field, or None for unconstrained replies)")
+            message += (
+                f" (this server may not support regex-guided decoding through {guided[0]}; "
+                "try the other guided_decoding field, or None for unconstrained replies)"
+            )
         return message

@@ -1,4 +1,5 @@
 """The tool calls of an OpenAI-compatible reply: whole in a JSON body, or in pieces in a stream."""
+
 from __future__ import annotations
 
 import json

@@ -4,6 +4,7 @@ A stream is read only as long as it is needed: it is closed as soon as the reply
 string, or when the server sends more content pieces than the `max_tokens` it was asked for (each
 piece carries at least one token). Bytes and time are bounded by `http.body_chunks`.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,9 +20,16 @@ from .openai_calls import ToolCallPieces
 log = logging.getLogger(__name__)
 
 
-def read_stream(response: requests.Response, url: str, stops: list[str], on_text: TextCallback,
-                max_tokens: int | None, max_bytes: int, deadline: Deadline, timeout: float
-                ) -> tuple[str, dict, list[dict] | None]:
+def read_stream(
+    response: requests.Response,
+    url: str,
+    stops: list[str],
+    on_text: TextCallback,
+    max_tokens: int | None,
+    max_bytes: int,
+    deadline: Deadline,
+    timeout: float,
+) -> tuple[str, dict, list[dict] | None]:
     """The streamed reply, its usage counts (estimated when the server sent none before the stream was
     closed) and its tool calls; on_text gets only text that cannot become part of a stop string."""
     holdback = StopHoldback(on_text, stops)
@@ -56,8 +64,9 @@ def read_stream(response: requests.Response, url: str, stops: list[str], on_text
     return text, {**usage, "finish_reason": finish}, calls.result()
 
 
-def read_body(response: requests.Response, url: str, max_bytes: int, deadline: Deadline
-              ) -> tuple[str, dict, list[dict] | None]:
+def read_body(
+    response: requests.Response, url: str, max_bytes: int, deadline: Deadline
+) -> tuple[str, dict, list[dict] | None]:
     """The reply of a JSON (non-streamed) answer, its usage counts and its tool calls."""
     body = json_body(response, url, max_bytes, deadline)
     choice = first_choice(body)
@@ -65,16 +74,25 @@ def read_body(response: requests.Response, url: str, max_bytes: int, deadline: D
     content = message.get("content") if isinstance(message, dict) else None
     if not isinstance(message, dict) or not isinstance(content, (str, type(None))):
         keys = ", ".join(sorted(map(str, body))) or "none"
-        raise RequestFailed(f"{url} answered without choices[0].message.content "
-                            f"(top-level keys: {clip(keys, 200)})", status=response.status_code)
+        raise RequestFailed(
+            f"{url} answered without choices[0].message.content (top-level keys: {clip(keys, 200)})",
+            status=response.status_code,
+        )
     calls = ToolCallPieces()
     calls.add(message.get("tool_calls"))
     return content or "", {**usage_counts(body.get("usage")), "finish_reason": finish_reason(choice)}, calls.result()
 
 
-def _events(response: requests.Response, url: str, max_bytes: int, deadline: Deadline, timeout: float,
-            received: Callable[[], int]) -> Iterator[dict]:
+def _events(
+    response: requests.Response,
+    url: str,
+    max_bytes: int,
+    deadline: Deadline,
+    timeout: float,
+    received: Callable[[], int],
+) -> Iterator[dict]:
     """The JSON objects of a server-sent event stream, up to `[DONE]` or the end of the body."""
+
     def broke(reason: str) -> str:
         return f"the stream from {url} broke off after {received()} characters: {reason}"
 
@@ -103,7 +121,7 @@ def _lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
         pending += chunk
         while (end := pending.find(b"\n", scanned)) >= 0:
             yield bytes(pending[:end])
-            del pending[:end + 1]
+            del pending[: end + 1]
             scanned = 0
         scanned = len(pending)
     if pending:

@@ -6,6 +6,7 @@ The agent has its own system prompt and its own tools, so a client's system (or 
 left out, and messages about tools (role "tool", assistant `tool_calls`) are refused: the client's tools
 are not the agent's. Consecutive messages of one role are joined, as one turn.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ class BadRequest(ValueError):
 
 @dataclass
 class Conversation:
-    history: list[tuple[str, str]]   # (question, answer) pairs, oldest first
+    history: list[tuple[str, str]]  # (question, answer) pairs, oldest first
     question: str
 
 
@@ -38,8 +39,9 @@ def text_of(content, where: str) -> str:
         for part in content:
             kind = part.get("type") if isinstance(part, dict) else None
             if kind != "text" or not isinstance(part.get("text"), str):
-                raise BadRequest(f"{where}: only text content is supported, not a {kind or type(part).__name__} "
-                                 "part", param=where)
+                raise BadRequest(
+                    f"{where}: only text content is supported, not a {kind or type(part).__name__} part", param=where
+                )
             texts.append(part["text"])
         return "\n".join(texts)
     raise BadRequest(f"{where}: content must be a string or a list of text parts", param=where)
@@ -56,8 +58,10 @@ def conversation_of(messages) -> Conversation:
         if role in IGNORED_ROLES:
             continue
         if role == "tool" or role == "assistant" and message.get("tool_calls"):
-            raise BadRequest(f"{where}: this agent runs its own tools; messages about a client's tool calls are "
-                             "not accepted", param=where)
+            raise BadRequest(
+                f"{where}: this agent runs its own tools; messages about a client's tool calls are not accepted",
+                param=where,
+            )
         if role not in ("user", "assistant"):
             raise BadRequest(f"{where}: role must be user, assistant or system, not {role!r}", param=where)
         text = text_of(message.get("content"), where)

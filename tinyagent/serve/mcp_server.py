@@ -8,6 +8,7 @@ agent's own tools is offered as well, called directly: those whose calls need ap
 one is there to approve them. At most `max_runs` questions run at once, `max_waiting` more wait their turn;
 a call the client cancels stops its run after the step in progress.
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,8 +25,10 @@ log = logging.getLogger(__name__)
 
 INSTALL_HINT = "tinyagent mcp-server needs the mcp package: pip install 'tinyagent[mcp]'"
 PROGRESS_CHARS = 2000  # the most of one step sent in a progress notification
-ASK = ("Ask a small local agent a question, in English or Chinese. It works the question out step by step with "
-       "its tools ({tools}) and answers in the question's language. Its steps arrive as progress notifications.")
+ASK = (
+    "Ask a small local agent a question, in English or Chinese. It works the question out step by step with "
+    "its tools ({tools}) and answers in the question's language. Its steps arrive as progress notifications."
+)
 
 
 def require_mcp() -> None:
@@ -45,8 +48,14 @@ def exposable(agent: Agent) -> tuple[list[Tool], list[str]]:
     return free, held
 
 
-def build_server(factory: AgentFactory, name: str = "tinyagent", expose_tools: bool = False, max_runs: int = 4,
-                 max_waiting: int = 16, max_question_chars: int = 4000):
+def build_server(
+    factory: AgentFactory,
+    name: str = "tinyagent",
+    expose_tools: bool = False,
+    max_runs: int = 4,
+    max_waiting: int = 16,
+    max_question_chars: int = 4000,
+):
     """The MCP server (mcp's low-level `Server`) for `factory()`'s agents."""
     import mcp.types as types
     from mcp.server.lowlevel import Server
@@ -60,11 +69,22 @@ def build_server(factory: AgentFactory, name: str = "tinyagent", expose_tools: b
         log.warning("the agent's own tool 'ask' is not offered: the agent's ask tool has its name")
         del by_name["ask"]
     ask_tool = types.Tool(
-        name="ask", description=ASK.format(tools=", ".join(probe.tools) or "none"),
-        input_schema={"type": "object", "required": ["question"], "additionalProperties": False,
-                      "properties": {"question": {"type": "string", "description": "the question, in full"}}})
-    listed = [ask_tool, *(types.Tool(name=n, description=t.description("en"), input_schema=t.json_schema())
-                          for n, t in by_name.items())]
+        name="ask",
+        description=ASK.format(tools=", ".join(probe.tools) or "none"),
+        input_schema={
+            "type": "object",
+            "required": ["question"],
+            "additionalProperties": False,
+            "properties": {"question": {"type": "string", "description": "the question, in full"}},
+        },
+    )
+    listed = [
+        ask_tool,
+        *(
+            types.Tool(name=n, description=t.description("en"), input_schema=t.json_schema())
+            for n, t in by_name.items()
+        ),
+    ]
     admission = Admission(max_runs, max_waiting)
 
     def failed(message: str) -> types.CallToolResult:
@@ -154,8 +174,13 @@ def http_app(server, host: str, api_key: str | None = None):
             given = dict(scope.get("headers") or []).get(b"authorization", b"")
             if not hmac.compare_digest(given, b"Bearer " + api_key.encode()):
                 body = b'{"error": "a valid API key is required: Authorization: Bearer KEY"}'
-                await send({"type": "http.response.start", "status": 401, "headers": [
-                    (b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
+                    }
+                )
                 await send({"type": "http.response.body", "body": body})
                 return
         await app(scope, receive, send)

@@ -12,6 +12,7 @@ the model (a local one decodes concurrent requests together) and the tools. A cl
 its run after the step in progress. With an `api_key`, every /v1 route wants `Authorization: Bearer KEY`.
 Sampling fields of a request (temperature, max_tokens, ...) are ignored: the agent's config decides.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -37,8 +38,11 @@ DEFAULT_MAX_RUNS = 4
 DEFAULT_MAX_WAITING = 16
 INSTALL_HINT = "tinyagent serve needs starlette and uvicorn: pip install 'tinyagent[serving]'"
 #: Runs that end without an answer from the model, as the request's error: (HTTP status, error code).
-FAILURES = {StopReason.MODEL_ERROR: (502, "model_error"), StopReason.HOOK_ERROR: (500, "hook_error"),
-            StopReason.CONTEXT_OVERFLOW: (400, "context_length_exceeded")}
+FAILURES = {
+    StopReason.MODEL_ERROR: (502, "model_error"),
+    StopReason.HOOK_ERROR: (500, "hook_error"),
+    StopReason.CONTEXT_OVERFLOW: (400, "context_length_exceeded"),
+}
 
 
 def require_server() -> None:
@@ -52,8 +56,8 @@ def require_server() -> None:
 
 @dataclass
 class Limits:
-    max_runs: int = DEFAULT_MAX_RUNS                    # questions answered at once; more wait their turn
-    max_waiting: int = DEFAULT_MAX_WAITING              # requests waiting; more are refused with 429
+    max_runs: int = DEFAULT_MAX_RUNS  # questions answered at once; more wait their turn
+    max_waiting: int = DEFAULT_MAX_WAITING  # requests waiting; more are refused with 429
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # the largest request body read
     max_question_chars: int = DEFAULT_MAX_QUESTION_CHARS
 
@@ -72,17 +76,27 @@ def ask_of(body, model: str, limits: Limits) -> Ask:
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     if body.get("model") not in (None, model):
-        raise BadRequest(f"the model {body['model']!r} does not exist; this server has {model!r}", param="model",
-                         status=404, code="model_not_found")
+        raise BadRequest(
+            f"the model {body['model']!r} does not exist; this server has {model!r}",
+            param="model",
+            status=404,
+            code="model_not_found",
+        )
     if body.get("n") not in (None, 1):
         raise BadRequest("n: only one choice per request is supported", param="n")
     conversation = conversation_of(body.get("messages"))
     if len(conversation.question) > limits.max_question_chars:
-        raise BadRequest(f"the question is too long ({len(conversation.question)} characters; the limit is "
-                         f"{limits.max_question_chars})", param="messages")
+        raise BadRequest(
+            f"the question is too long ({len(conversation.question)} characters; the limit is "
+            f"{limits.max_question_chars})",
+            param="messages",
+        )
     options = body.get("stream_options") or {}
-    return Ask(conversation, stream=bool(body.get("stream")),
-               include_usage=bool(options.get("include_usage")) if isinstance(options, dict) else False)
+    return Ask(
+        conversation,
+        stream=bool(body.get("stream")),
+        include_usage=bool(options.get("include_usage")) if isinstance(options, dict) else False,
+    )
 
 
 def usage_of(result: AgentResult | None) -> dict | None:
@@ -97,12 +111,28 @@ def outcome_of(run: AgentRun) -> tuple[str, str, dict | None]:
     """(answer, finish_reason, error) of a finished run; the error as OpenAI's `error` object, or None."""
     result = run.result
     if result is None:
-        return "", "stop", {"message": f"the run failed: {redact(one_line(run.error))}", "type": "server_error",
-                            "code": "run_failed", "status": 500}
+        return (
+            "",
+            "stop",
+            {
+                "message": f"the run failed: {redact(one_line(run.error))}",
+                "type": "server_error",
+                "code": "run_failed",
+                "status": 500,
+            },
+        )
     if result.stop_reason in FAILURES:
         status, code = FAILURES[result.stop_reason]
-        return "", "stop", {"message": redact(result.error or str(result.stop_reason)), "code": code,
-                            "type": "invalid_request_error" if status == 400 else "server_error", "status": status}
+        return (
+            "",
+            "stop",
+            {
+                "message": redact(result.error or str(result.stop_reason)),
+                "code": code,
+                "type": "invalid_request_error" if status == 400 else "server_error",
+                "status": status,
+            },
+        )
     return redact(result.answer), "stop" if result.finished else "length", None
 
 
@@ -110,12 +140,21 @@ def details_of(result: AgentResult | None) -> dict:
     """The `tinyagent` field of a response: how the run ended."""
     if result is None:
         return {"stop_reason": "error"}
-    return {"stop_reason": str(result.stop_reason), "steps": len(result.steps), "model_calls": result.generate_calls,
-            "seconds": round(result.seconds, 3)}
+    return {
+        "stop_reason": str(result.stop_reason),
+        "steps": len(result.steps),
+        "model_calls": result.generate_calls,
+        "seconds": round(result.seconds, 3),
+    }
 
 
-def create_app(factory: AgentFactory, model: str, api_key: str | None = None, limits: Limits | None = None,
-               created: int | None = None):
+def create_app(
+    factory: AgentFactory,
+    model: str,
+    api_key: str | None = None,
+    limits: Limits | None = None,
+    created: int | None = None,
+):
     """The Starlette app serving `factory()`'s agents under the model name `model`."""
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -126,8 +165,14 @@ def create_app(factory: AgentFactory, model: str, api_key: str | None = None, li
     created = int(time.time()) if created is None else created
     admission = Admission(limits.max_runs, limits.max_waiting)
 
-    def error(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None,
-              code: str | None = None, headers: dict | None = None) -> JSONResponse:
+    def error(
+        status: int,
+        message: str,
+        kind: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict | None = None,
+    ) -> JSONResponse:
         body = {"error": {"message": redact(message), "type": kind, "param": param, "code": code}}
         return JSONResponse(body, status_code=status, headers=headers)
 
@@ -138,8 +183,12 @@ def create_app(factory: AgentFactory, model: str, api_key: str | None = None, li
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), api_key.encode()):
             return None
-        return error(401, "a valid API key is required: Authorization: Bearer KEY", code="invalid_api_key",
-                     headers={"WWW-Authenticate": "Bearer"})
+        return error(
+            401,
+            "a valid API key is required: Authorization: Bearer KEY",
+            code="invalid_api_key",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
 
     def model_card() -> dict:
         return {"id": model, "object": "model", "created": created, "owned_by": "tinyagent"}
@@ -169,8 +218,11 @@ def create_app(factory: AgentFactory, model: str, api_key: str | None = None, li
             return error(429, str(e), kind="rate_limit_error", code="busy", headers={"Retry-After": "1"})
         ident = f"chatcmpl-{token_hex(12)}"
         if ask.stream:
-            return StreamingResponse(_events(request, ask, ident), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return StreamingResponse(
+                _events(request, ask, ident),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
         return await _answer(request, ask, ident)
 
     async def _answer(request: Request, ask: Ask, ident: str):
@@ -182,12 +234,22 @@ def create_app(factory: AgentFactory, model: str, api_key: str | None = None, li
         answer, finish, failure = outcome_of(run)
         if failure is not None:
             status = failure.pop("status")
-            return error(status, failure["message"], kind=failure["type"], code=failure["code"],
-                         headers={"x-should-retry": "false"})  # the OpenAI client would run it again
+            return error(
+                status,
+                failure["message"],
+                kind=failure["type"],
+                code=failure["code"],
+                headers={"x-should-retry": "false"},
+            )  # the OpenAI client would run it again
         message = {"role": "assistant", "content": answer, "reasoning_content": reasoning}
-        body = {"id": ident, "object": "chat.completion", "created": int(time.time()), "model": model,
-                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "tinyagent": details_of(run.result)}
+        body = {
+            "id": ident,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "tinyagent": details_of(run.result),
+        }
         if (usage := usage_of(run.result)) is not None:
             body["usage"] = usage
         return JSONResponse(body)
@@ -196,8 +258,14 @@ def create_app(factory: AgentFactory, model: str, api_key: str | None = None, li
         stamp = int(time.time())
 
         def chunk(delta: dict, finish: str | None = None, **extra) -> str:
-            body = {"id": ident, "object": "chat.completion.chunk", "created": stamp, "model": model,
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+            body = {
+                "id": ident,
+                "object": "chat.completion.chunk",
+                "created": stamp,
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                **extra,
+            }
             return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
         async with _watched(request) as client:
@@ -218,8 +286,14 @@ def create_app(factory: AgentFactory, model: str, api_key: str | None = None, li
             yield chunk({"content": answer})
         yield chunk({}, finish, tinyagent=details_of(run.result))
         if ask.include_usage:
-            body = {"id": ident, "object": "chat.completion.chunk", "created": stamp, "model": model, "choices": [],
-                    "usage": usage_of(run.result)}
+            body = {
+                "id": ident,
+                "object": "chat.completion.chunk",
+                "created": stamp,
+                "model": model,
+                "choices": [],
+                "usage": usage_of(run.result),
+            }
             yield f"data: {json.dumps(body)}\n\n"
         yield "data: [DONE]\n\n"
 
@@ -230,8 +304,12 @@ def create_app(factory: AgentFactory, model: str, api_key: str | None = None, li
         finally:
             admission.stop_all()  # runs end after their step; their threads do not hold the exit
 
-    routes = [Route("/health", health), Route("/v1/models", models), Route("/v1/models/{name:path}", one_model),
-              Route("/v1/chat/completions", completions, methods=["POST"])]
+    routes = [
+        Route("/health", health),
+        Route("/v1/models", models),
+        Route("/v1/models/{name:path}", one_model),
+        Route("/v1/chat/completions", completions, methods=["POST"]),
+    ]
     return Starlette(routes=routes, lifespan=lifespan)
 
 
@@ -274,8 +352,9 @@ async def _json_body(request, limit: int):
     """The request body as JSON, read up to `limit` bytes (a longer one is refused with 413)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BadRequest(f"the request is too large ({declared} bytes; the limit is {limit})", status=413,
-                         code="request_too_large")
+        raise BadRequest(
+            f"the request is too large ({declared} bytes; the limit is {limit})", status=413, code="request_too_large"
+        )
     from starlette.requests import ClientDisconnect
 
     data = bytearray()
@@ -283,8 +362,7 @@ async def _json_body(request, limit: int):
         async for piece in request.stream():
             data += piece
             if len(data) > limit:
-                raise BadRequest(f"the request is too large (over {limit} bytes)", status=413,
-                                 code="request_too_large")
+                raise BadRequest(f"the request is too large (over {limit} bytes)", status=413, code="request_too_large")
     except ClientDisconnect:  # nobody reads the answer
         raise BadRequest("the client went away", status=499) from None
     try:

@@ -5,6 +5,7 @@ bounds how many run at once and how many wait for a turn.
 The shown text (`Reasoning`) is the model's replies as it writes them and each step's observation after it,
 redacted; a tail that could be the start of a secret is held back until the next text shows what it is.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -30,8 +31,8 @@ class Reasoning:
     may be sent now (redacted, without a tail that could begin a secret), `finish` the rest."""
 
     def __init__(self):
-        self.raw = ""        # everything written so far, unredacted (never sent as it is)
-        self.sent = ""       # what was sent: each call's return value, joined
+        self.raw = ""  # everything written so far, unredacted (never sent as it is)
+        self.sent = ""  # what was sent: each call's return value, joined
         self._streamed = False
 
     def add_text(self, text: str) -> str:
@@ -61,7 +62,7 @@ class Reasoning:
                         break
         if not shown.startswith(self.sent):  # redaction changed text already sent (a URL grew credentials)
             return ""
-        delta, self.sent = shown[len(self.sent):], shown
+        delta, self.sent = shown[len(self.sent) :], shown
         return delta
 
 
@@ -82,11 +83,13 @@ class AgentRun:
         self.result: AgentResult | None = None
         self.error: BaseException | None = None
         self._ready = asyncio.Event()  # set on the loop when `_pending` has something
-        self._pending: list = []       # (text, step) items and finally _DONE, taken by `deltas`
-        self._woken = False            # a wake-up of the loop is on its way
+        self._pending: list = []  # (text, step) items and finally _DONE, taken by `deltas`
+        self._woken = False  # a wake-up of the loop is on its way
         self._lock = threading.Lock()
-        self.agent = factory(on_step=lambda step: self._put(self.reasoning.add_step(step), step),
-                             on_text=lambda text: self._put(self.reasoning.add_text(text)))
+        self.agent = factory(
+            on_step=lambda step: self._put(self.reasoning.add_step(step), step),
+            on_text=lambda text: self._put(self.reasoning.add_text(text)),
+        )
         self._thread = threading.Thread(target=self._work, name="tinyagent-serve", daemon=True)
 
     def start(self) -> AgentRun:
@@ -160,8 +163,10 @@ class Admission:
     def admit(self) -> None:
         """Refuse now, before a response starts, a request that could only wait beyond the limit."""
         if self._slots.locked() and self.waiting >= self.max_waiting:
-            raise Full(f"the server is answering {self.max_runs} questions and {self.waiting} more are waiting: "
-                       "try again shortly")
+            raise Full(
+                f"the server is answering {self.max_runs} questions and {self.waiting} more are waiting: "
+                "try again shortly"
+            )
 
     async def enter(self, gone: asyncio.Event) -> bool:
         """Wait for a turn; False when `gone` is set first (the client went away)."""
@@ -197,6 +202,7 @@ class Admission:
             def release() -> None:
                 self.runs.discard(run)
                 self._slots.release()
+
             try:
                 loop.call_soon_threadsafe(release)
             except RuntimeError:  # the loop is closed: the server has shut down

@@ -9,6 +9,7 @@ claim nothing. A whole value must be written exactly; any other within one unit 
 ("260 / 3 = 86.67", "2 / 3 = 0.66"); with ≈, or an expression on the right, also within 1%; steps written in order
 ("3 + 4 × 2 = 14") are right when their running total is.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,14 +28,14 @@ _LATEX = [  # (pattern, replacement), in order
     (re.compile(r"\\div(?![a-zA-Z])"), "/"),
     (re.compile(r"\\approx(?![a-zA-Z])"), "≈"),
     (re.compile(r"\\[$%]"), lambda m: m.group(0)[1]),
-    (re.compile(r"\\[,;:! ]"), ""),                         # thin spaces, also used between thousands
+    (re.compile(r"\\[,;:! ]"), ""),  # thin spaces, also used between thousands
     (re.compile(r"\\(?:left|right)(?![a-zA-Z])"), ""),
-    (re.compile(r"\\[()\[\]]"), " "),                      # \( \) \[ \]
+    (re.compile(r"\\[()\[\]]"), " "),  # \( \) \[ \]
 ]
 _FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
 _SHORT_FRAC = re.compile(r"\\[dt]?frac(\d)(\d)")  # \\frac12
 _MIXED = re.compile(r"(\d+)\s*\\[dt]?frac\s*\{(\d+)\}\s*\{(\d+)\}")  # 2\frac{1}{2}: two and a half
-_COMMAND = re.compile(r"\\[a-zA-Z]+(?:\{[^{}]*\})?")     # \text{...}, \quad, \mathrm{...}: a word
+_COMMAND = re.compile(r"\\[a-zA-Z]+(?:\{[^{}]*\})?")  # \text{...}, \quad, \mathrm{...}: a word
 # markdown bold ("**Step 2:**", "**Step 2** (3 + 4)"), not a power ("2**3", "2 ** 3")
 _BOLD = re.compile(r"(?<![\d)\s])\*\*|\*\*(?![\d(\s-])|(?<=[\d)])\*\*(?=\s)")
 _TIMES_X = re.compile(r"(?<=[\d)])\s*[xX×]\s*(?=[\d(])")  # 3 x 4
@@ -43,8 +44,11 @@ _IMPLICIT = re.compile(r"(?<=[\d)])\(")  # 2(3+4); not "Step 2 (3 + 4)" nor "(2)
 _SUPERSCRIPT = re.compile("[⁰¹²³⁴⁵⁶⁷⁸⁹]+")
 _SUPERSCRIPT_DIGITS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹", "0123456789")
 #: a word before an expression that makes it part of a larger one ("half of 24 + 6", "3 times 4 + 2")
-_OPERATOR_WORD = re.compile(r"(?:\b(?:of|times|twice|half|minus|plus|double[ds]?|triple[ds]?|by|divided|multiplied|per"
-                            r"|over|less|more|than|from|between|x)|[的乘除加减倍√])\s*$", re.IGNORECASE)  # "from 1990-2023 = 33"
+_OPERATOR_WORD = re.compile(
+    r"(?:\b(?:of|times|twice|half|minus|plus|double[ds]?|triple[ds]?|by|divided|multiplied|per"
+    r"|over|less|more|than|from|between|x)|[的乘除加减倍√])\s*$",
+    re.IGNORECASE,
+)  # "from 1990-2023 = 33"
 _LIST_MARK = re.compile(r"^\s*(?:[-*+•]|\d{1,2}[.)]|\(\d{1,2}\)|[a-zA-Z][.)])\s+")
 _SPAN = re.compile(r"[\d.\s+\-*/^()=≈]+")  # a run of plain arithmetic
 _BETWEEN = re.compile(r"[\d.)]\s*(?:\*\*|[+\-*/^])\s*[\d.(]")  # an operator between two operands
@@ -53,7 +57,9 @@ _RAW_SIGN = re.compile(r"\\approx(?![a-zA-Z])|[=＝≈]")  # the same signs befo
 _RESULT_LEAD = re.compile(r"[ \t]*(?:\\?\$)?[ \t]*")  # " ", " $", " \\$" before a result
 _RAW_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 #: what ends a result on its line: a unit written onto it ("8kg", "20元", "\\text{ apples}"), brackets, stops
-_CLOSERS = re.compile(r"(?:[A-Za-z\u4e00-\u9fff]{1,10}|\\text\{[^{}]*\})?(?:[ \t]*(?:\\[)\]]|[)\]}$.,;:!?*%，。；]))*[ \t]*")
+_CLOSERS = re.compile(
+    r"(?:[A-Za-z\u4e00-\u9fff]{1,10}|\\text\{[^{}]*\})?(?:[ \t]*(?:\\[)\]]|[)\]}$.,;:!?*%，。；]))*[ \t]*"
+)
 _MATH_CLOSE = re.compile(r"[ \t]*(?:\\\]|\\\)|\$\$?)[ \t]*$")  # a line's closing \\] \\) $ $$
 _OPERATOR = re.compile(r"[+\-*/^]")
 _CONTINUED = re.compile(r"[^\d=\n]{1,40}?[*/+^]\s*[\d(]")
@@ -64,6 +70,7 @@ _NUMBER = re.compile(r"\s*-?\d+(?:\.\d+)?\s*")
 class Claim:
     """One `expression = written` the text claims, and the calculator's `value` of the expression; where:
     the text's `line` (0-based) and which `=` or `≈` of that line (`sign`, 0-based)."""
+
     expression: str
     written: str
     value: int | float
@@ -114,7 +121,7 @@ def corrected(text: str, claim: Claim) -> str | None:
     if claim.sign >= len(signs):
         return None
     sign = signs[claim.sign]
-    if len(_SIGN.findall(_normalise(line[:sign.start()]))) != claim.sign:
+    if len(_SIGN.findall(_normalise(line[: sign.start()]))) != claim.sign:
         return None  # the line's signs do not line up with the normalised line's (an `=` inside \\text{})
     lead = _RESULT_LEAD.match(line, sign.end()).group(0)
     number = _RAW_NUMBER.match(line, sign.end() + len(lead)) if _NUMBER.fullmatch(claim.written) else None
@@ -123,16 +130,23 @@ def corrected(text: str, claim: Claim) -> str | None:
         close, rest = (closing.group(0) if closing else ""), ""
     else:
         close = _CLOSERS.match(line, number.end()).group(0)
-        rest = line[number.end() + len(close):]
-    return "".join(lines[:claim.line]) + line[:sign.end()] + lead + claim.computed + close + \
-        ("\n" if not rest.strip() else "")
+        rest = line[number.end() + len(close) :]
+    return (
+        "".join(lines[: claim.line])
+        + line[: sign.end()]
+        + lead
+        + claim.computed
+        + close
+        + ("\n" if not rest.strip() else "")
+    )
 
 
 def _normalise(line: str) -> str:
     """LaTeX and typography as the calculator writes them: `\\frac{a}{b}` as (a/b), `\\times` as *, no
     thousands separators, no currency signs or markdown; anything else LaTeX spells as a word."""
-    s = "".join(unicodedata.normalize("NFKC", c) if "\uff01" <= c <= "\uff5e" or c == "\u3000" else c
-                for c in line)  # full-width forms only: NFKC would make ② and ² plain digits
+    s = "".join(
+        unicodedata.normalize("NFKC", c) if "\uff01" <= c <= "\uff5e" or c == "\u3000" else c for c in line
+    )  # full-width forms only: NFKC would make ② and ² plain digits
     s = _SUPERSCRIPT.sub(lambda m: "^" + m.group(0).translate(_SUPERSCRIPT_DIGITS), s)
     s = _LIST_MARK.sub(" ", s)
     for pattern, new in _LATEX:
@@ -169,7 +183,7 @@ def _line_claims(line: str) -> list[Claim]:
         exprs = [None if words_before else _longest(segments[0], suffix=True, whole=not glued)]  # "12:30 + 1"
         for seg in segments[1:-1]:
             exprs.append(_parse(seg.strip()))
-        unit_after = line[span.end(): span.end() + 1] in ("%", ":")  # "= 75%", "= 3:4"
+        unit_after = line[span.end() : span.end() + 1] in ("%", ":")  # "= 75%", "= 3:4"
         exprs.append(None if unit_after else _longest(segments[-1], suffix=False))
         for i, sign in enumerate(signs):
             left, right = exprs[i], exprs[i + 1]
@@ -206,7 +220,7 @@ def _longest(segment: str, suffix: bool, whole: bool = True) -> tuple[str, int |
     `whole=False`: not the whole segment (it is glued to the word before it)."""
     n = len(segment)
     for k in range(0 if whole else 1, n):
-        piece, rest = (segment[k:], segment[:k]) if suffix else (segment[: n - k], segment[n - k:])
+        piece, rest = (segment[k:], segment[:k]) if suffix else (segment[: n - k], segment[n - k :])
         cut = rest[-1:] if suffix else rest[:1]
         if cut.isdigit() or cut == ".":
             continue  # not from the middle of a number
@@ -224,8 +238,9 @@ def _leads_with(expression: str, value: int | float) -> bool:
     return first is not None and _agrees(value, float(first.group(0)), first.group(0).strip(), approx=True)
 
 
-def _claim(left: tuple[str, int | float], right: tuple[str, int | float], approx: bool, expression_right: bool
-           ) -> Claim:
+def _claim(
+    left: tuple[str, int | float], right: tuple[str, int | float], approx: bool, expression_right: bool
+) -> Claim:
     (expression, value), (written, claimed) = left, right
     if expression_right:
         ok = math.isclose(value, claimed, rel_tol=LOOSE, abs_tol=1e-9)
@@ -260,4 +275,4 @@ def _agrees(value: int | float, claimed: int | float, written: str, approx: bool
     decimals = len(written.split(".")[1]) if "." in written else 0
     if abs(value - round(value)) < 1e-9 and decimals == 0 and not approx:
         return claimed == round(value)
-    return abs(value - claimed) <= 10 ** -decimals + 1e-9 or (approx and math.isclose(value, claimed, rel_tol=LOOSE))
+    return abs(value - claimed) <= 10**-decimals + 1e-9 or (approx and math.isclose(value, claimed, rel_tol=LOOSE))

@@ -5,6 +5,7 @@ Bounded by construction, not by a timeout: the input's length and nesting, every
 call, the arguments that make one C call run long on small numbers (`round`'s digits, a three-argument
 `pow`). A call cannot be interrupted once CPython is in it, and it holds the GIL meanwhile.
 """
+
 from __future__ import annotations
 
 import ast
@@ -33,10 +34,24 @@ _BINARY = {
 }
 _UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 _FUNCTIONS = {
-    "sqrt": math.sqrt, "exp": math.exp, "log": math.log, "log2": math.log2, "log10": math.log10,
-    "sin": math.sin, "cos": math.cos, "tan": math.tan, "asin": math.asin, "acos": math.acos,
-    "atan": math.atan, "abs": abs, "round": round, "floor": math.floor, "ceil": math.ceil,
-    "min": min, "max": max, "pow": pow,
+    "sqrt": math.sqrt,
+    "exp": math.exp,
+    "log": math.log,
+    "log2": math.log2,
+    "log10": math.log10,
+    "sin": math.sin,
+    "cos": math.cos,
+    "tan": math.tan,
+    "asin": math.asin,
+    "acos": math.acos,
+    "atan": math.atan,
+    "abs": abs,
+    "round": round,
+    "floor": math.floor,
+    "ceil": math.ceil,
+    "min": min,
+    "max": max,
+    "pow": pow,
 }
 _CONSTANTS = {"pi": math.pi, "e": math.e}
 # What models write for arithmetic that Python spells differently.
@@ -52,18 +67,22 @@ class Calculator(Tool):
     name_for_human = {"en": "Calculator", "zh": "计算器"}
     description_for_model = {
         "en": "Evaluates an arithmetic expression exactly and returns the number. "
-              "Supports + - * / // % ** (or ^), parentheses and sqrt, log, exp, sin, cos, "
-              "tan, abs, round, floor, ceil, min, max, pi, e.",
+        "Supports + - * / // % ** (or ^), parentheses and sqrt, log, exp, sin, cos, "
+        "tan, abs, round, floor, ceil, min, max, pi, e.",
         "zh": "精确计算一个算术表达式并返回结果。支持 + - * / // % **（或 ^）、括号，"
-              "以及 sqrt、log、exp、sin、cos、tan、abs、round、floor、ceil、min、max、pi、e。",
+        "以及 sqrt、log、exp、sin、cos、tan、abs、round、floor、ceil、min、max、pi、e。",
     }
-    parameters = [{
-        "name": "expression",
-        "description": {"en": "the arithmetic expression, e.g. 2**10 or (3+6+9)*2+17",
-                        "zh": "算术表达式，例如 2**10 或 (3+6+9)*2+17"},
-        "required": True,
-        "schema": {"type": "string"},
-    }]
+    parameters = [
+        {
+            "name": "expression",
+            "description": {
+                "en": "the arithmetic expression, e.g. 2**10 or (3+6+9)*2+17",
+                "zh": "算术表达式，例如 2**10 或 (3+6+9)*2+17",
+            },
+            "required": True,
+            "schema": {"type": "string"},
+        }
+    ]
 
     def call(self, expression: str) -> str:
         return format_number(evaluate(expression))
@@ -142,8 +161,9 @@ def _check_arguments(name: str, args: list) -> None:
         _check_power(*args)
     elif name == "pow" and len(args) == 3:
         if any(isinstance(a, int) and a.bit_length() > MAX_MODULAR_POWER_BITS for a in args[1:]):
-            raise CalculatorError(f"pow(base, exponent, modulus) takes an exponent and a modulus of at most "
-                                  f"{MAX_MODULAR_POWER_BITS} bits")
+            raise CalculatorError(
+                f"pow(base, exponent, modulus) takes an exponent and a modulus of at most {MAX_MODULAR_POWER_BITS} bits"
+            )
     elif name == "round" and len(args) == 2 and isinstance(args[1], int) and abs(args[1]) > MAX_ROUND_DIGITS:
         raise CalculatorError(f"round() takes at most {MAX_ROUND_DIGITS} digits, not {args[1]}")
 

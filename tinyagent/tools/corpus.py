@@ -3,6 +3,7 @@
 The docstore tools (docstore.py) rank whole documents with it, and the search benchmark measures the
 on-disk index (search_index.py) against it. `load_corpus` also reads JSONL files for LocalSearch.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,7 +49,9 @@ def load_corpus(path: str | Path) -> list[Document]:
     """Read one {"title": ..., "text": ...} JSON object per line; blank lines are skipped."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise CorpusError(f"corpus file not found: {path}" if not path.exists() else f"corpus path is not a file: {path}")
+        raise CorpusError(
+            f"corpus file not found: {path}" if not path.exists() else f"corpus path is not a file: {path}"
+        )
     documents: list[Document] = []
     with path.open("rb") as f:
         for number, raw in enumerate(f, 1):
@@ -59,7 +62,9 @@ def load_corpus(path: str | Path) -> list[Document]:
             if line.strip():
                 documents.append(_parse_record(line, path, number))
     if not documents:
-        raise CorpusError(f"{path}: the corpus is empty (expected one JSON object with \"title\" and \"text\" per line)")
+        raise CorpusError(
+            f"{path}: the corpus is empty (expected one JSON object with \"title\" and \"text\" per line)"
+        )
     return documents
 
 
@@ -71,12 +76,14 @@ def _parse_record(line: str, path: Path, number: int) -> Document:
     except RecursionError:
         raise CorpusError(f"{path}, line {number}: JSON nested too deeply to read") from None
     if not isinstance(record, dict):
-        raise CorpusError(f"{path}, line {number}: expected a JSON object with \"title\" and \"text\", "
-                          f"got {type(record).__name__}")
+        raise CorpusError(
+            f"{path}, line {number}: expected a JSON object with \"title\" and \"text\", got {type(record).__name__}"
+        )
     bad = [key for key in ("title", "text") if not isinstance(record.get(key), str) or not record[key].strip()]
     if bad:
-        raise CorpusError(f"{path}, line {number}: the record needs a non-empty string "
-                          f"{' and '.join(repr(k) for k in bad)}")
+        raise CorpusError(
+            f"{path}, line {number}: the record needs a non-empty string {' and '.join(repr(k) for k in bad)}"
+        )
     return Document(record["title"].strip(), record["text"].strip())
 
 

@@ -5,6 +5,7 @@ The two tools share one `DocstoreState` (the last document found and the lookup 
 state belongs to one conversation: build a fresh pair with `docstore_tools()` for each agent that
 runs concurrently.
 """
+
 from __future__ import annotations
 
 import re
@@ -28,9 +29,9 @@ class DocstoreState:
     """What a search / lookup pair remembers between calls."""
 
     document: Document | None = None
-    keyword: str | None = None            # normalised keyword of the current lookup run
+    keyword: str | None = None  # normalised keyword of the current lookup run
     results: list[str] = field(default_factory=list)
-    shown: int = 0                          # how many of `results` lookup has returned
+    shown: int = 0  # how many of `results` lookup has returned
 
     def open(self, document: Document | None) -> None:
         self.document, self.keyword, self.results, self.shown = document, None, [], 0
@@ -49,21 +50,29 @@ class DocstoreSearch(Tool):
     name_for_human = {"en": "Search", "zh": "搜索"}
     description_for_model = {
         "en": "Searches the offline encyclopedia for an entity (a person, place, thing or topic) and returns "
-              "the first paragraph of its article; if there is no exact match, it suggests similar titles. "
-              "Use lookup afterwards to find a keyword in that article.",
+        "the first paragraph of its article; if there is no exact match, it suggests similar titles. "
+        "Use lookup afterwards to find a keyword in that article.",
         "zh": "在离线百科中搜索一个实体（人物、地点、事物或主题），返回其文章的第一段；若没有完全匹配，"
-              "会给出相近的标题。之后可用 lookup 在这篇文章中查找关键词。",
+        "会给出相近的标题。之后可用 lookup 在这篇文章中查找关键词。",
     }
-    parameters = [{
-        "name": "entity",
-        "description": {"en": "the name of the entity, e.g. Jay Chou", "zh": "实体名称，例如 周杰伦"},
-        "required": True,
-        "schema": {"type": "string"},
-    }]
+    parameters = [
+        {
+            "name": "entity",
+            "description": {"en": "the name of the entity, e.g. Jay Chou", "zh": "实体名称，例如 周杰伦"},
+            "required": True,
+            "schema": {"type": "string"},
+        }
+    ]
     repeatable = True  # a repeated search re-opens its document for lookup: not a wasted call
 
-    def __init__(self, corpus: Corpus, state: DocstoreState, similar: int = 5, weak_below: float = 0.75,
-                 max_chars: int | None = 600):
+    def __init__(
+        self,
+        corpus: Corpus,
+        state: DocstoreState,
+        similar: int = 5,
+        weak_below: float = 0.75,
+        max_chars: int | None = 600,
+    ):
         self.corpus, self.state = corpus, state
         self.similar, self.weak_below, self.max_chars = similar, weak_below, max_chars
 
@@ -91,8 +100,10 @@ class DocstoreSearch(Tool):
         if exact is not None or self.match_strength(entity, best) >= self.weak_below:
             return summary
         titles = ", ".join(self.corpus.documents[d].title for d in ranked[: self.similar])
-        return (f"No document is titled {entity!r}; the closest match is:\n{summary}\n"
-                f"Similar titles: {titles}. Search one of them by its exact title.")
+        return (
+            f"No document is titled {entity!r}; the closest match is:\n{summary}\n"
+            f"Similar titles: {titles}. Search one of them by its exact title."
+        )
 
 
 class DocstoreLookup(Tool):
@@ -102,16 +113,18 @@ class DocstoreLookup(Tool):
     name_for_human = {"en": "Lookup", "zh": "查找"}
     description_for_model = {
         "en": "Finds a keyword in the article that the last search returned and gives the next sentence "
-              "containing it, as (Result i / n). Repeat the same keyword to get the following sentence.",
+        "containing it, as (Result i / n). Repeat the same keyword to get the following sentence.",
         "zh": "在上一次 search 返回的文章中查找关键词，给出下一个包含它的句子，格式为 (Result i / n)。"
-              "重复同一个关键词可得到下一句。",
+        "重复同一个关键词可得到下一句。",
     }
-    parameters = [{
-        "name": "keyword",
-        "description": {"en": "the word or phrase to find, e.g. album", "zh": "要查找的词或短语，例如 专辑"},
-        "required": True,
-        "schema": {"type": "string"},
-    }]
+    parameters = [
+        {
+            "name": "keyword",
+            "description": {"en": "the word or phrase to find, e.g. album", "zh": "要查找的词或短语，例如 专辑"},
+            "required": True,
+            "schema": {"type": "string"},
+        }
+    ]
     repeatable = True  # the same keyword again advances to the next result
 
     def __init__(self, state: DocstoreState, max_chars: int | None = 600):
@@ -139,8 +152,7 @@ class DocstoreLookup(Tool):
         return f"(Result {state.shown} / {n}) {shorten(state.results[state.shown - 1], self.max_chars)}"
 
 
-def docstore_tools(corpus_path: str | Path | None = None, corpus: Corpus | None = None,
-                   **search_options) -> list[Tool]:
+def docstore_tools(corpus_path: str | Path | None = None, corpus: Corpus | None = None, **search_options) -> list[Tool]:
     """[search, lookup] bound to one fresh state: one pair per agent / conversation.
 
     `corpus_path`: a JSONL corpus (None: the shipped one); `corpus`: an already loaded Corpus to share

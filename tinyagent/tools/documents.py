@@ -6,6 +6,7 @@ Passages are cut by structure: a heading starts a section; within one, paragraph
 longer). A JSONL record keeps one passage per paragraph, as the shipped corpus always had. (Just over 300 lines:
 one reader per kind of file and the one cutter they share.)
 """
+
 from __future__ import annotations
 
 import html.parser
@@ -17,9 +18,18 @@ from pathlib import Path
 from .corpus import CorpusError, load_corpus
 
 #: What a file's suffix says it holds; files of other kinds are not read.
-KINDS = {".md": "markdown", ".markdown": "markdown", ".txt": "text", ".text": "text", ".rst": "text",
-         ".html": "html", ".htm": "html", ".pdf": "pdf", ".jsonl": "jsonl"}
-PASSAGE_CHARS = 600          # the most characters of one passage (a longer sentence is cut there)
+KINDS = {
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".txt": "text",
+    ".text": "text",
+    ".rst": "text",
+    ".html": "html",
+    ".htm": "html",
+    ".pdf": "pdf",
+    ".jsonl": "jsonl",
+}
+PASSAGE_CHARS = 600  # the most characters of one passage (a longer sentence is cut there)
 MAX_FILE_BYTES = 50 * 2**20  # a bigger file is listed as unreadable, not read
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])")
@@ -57,6 +67,7 @@ class Passage:
 
 # --- cutting ------------------------------------------------------------------------------------------
 
+
 def pieces(paragraph: str, limit: int) -> list[str]:
     """`paragraph` in pieces of at most `limit` characters, cut at sentence ends where it can be."""
     if len(paragraph) <= limit:
@@ -87,8 +98,9 @@ def _cjk_end(text: str) -> bool:
     return bool(text) and ("\u3000" <= text[-1] <= "\u9fff" or text[-1] in "！？；：，")
 
 
-def sections_to_passages(sections: list[tuple[list[str], list[str]]], file: str, stem: str, limit: int,
-                         page: int | None = None) -> list[Passage]:
+def sections_to_passages(
+    sections: list[tuple[list[str], list[str]]], file: str, stem: str, limit: int, page: int | None = None
+) -> list[Passage]:
     """Passages of (heading trail, paragraphs) sections: paragraphs joined while they fit `limit`."""
     out = []
     for trail, paragraphs in sections:
@@ -108,6 +120,7 @@ def sections_to_passages(sections: list[tuple[list[str], list[str]]], file: str,
 
 # --- the kinds of file ------------------------------------------------------------------------------
 
+
 def markdown_sections(text: str) -> list[tuple[list[str], list[str]]]:
     """(heading trail, paragraphs) per section of a Markdown text: ATX (`## x`) and setext headings; fenced
     code kept whole; front matter, comments and link targets dropped."""
@@ -115,7 +128,7 @@ def markdown_sections(text: str) -> list[tuple[list[str], list[str]]]:
     if lines and lines[0].strip() == "---":  # YAML front matter
         end = next((i for i in range(1, min(len(lines), 100)) if lines[i].strip() in ("---", "...")), None)
         if end is not None:
-            lines = lines[end + 1:]
+            lines = lines[end + 1 :]
     sections: list[tuple[list[str], list[str]]] = [([], [])]
     levels: list[tuple[int, str]] = []
     paragraph: list[str] = []
@@ -170,9 +183,37 @@ class _Readable(html.parser.HTMLParser):
     and what a reader does not see (scripts, styles, navigation, the head but its title) is left out."""
 
     SKIP = frozenset({"script", "style", "noscript", "template", "svg", "nav", "head", "iframe", "object"})
-    BLOCKS = frozenset({"p", "div", "section", "article", "main", "header", "footer", "aside", "li", "ul", "ol",
-                        "dl", "dt", "dd", "table", "tr", "td", "th", "br", "hr", "blockquote", "pre", "figure",
-                        "figcaption", "form", "details", "summary"})
+    BLOCKS = frozenset(
+        {
+            "p",
+            "div",
+            "section",
+            "article",
+            "main",
+            "header",
+            "footer",
+            "aside",
+            "li",
+            "ul",
+            "ol",
+            "dl",
+            "dt",
+            "dd",
+            "table",
+            "tr",
+            "td",
+            "th",
+            "br",
+            "hr",
+            "blockquote",
+            "pre",
+            "figure",
+            "figcaption",
+            "form",
+            "details",
+            "summary",
+        }
+    )
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
@@ -266,6 +307,7 @@ def read_pdf(path: Path) -> tuple[str, list[tuple[int, str]]]:
 
 # --- one file --------------------------------------------------------------------------------------
 
+
 def decode(data: bytes) -> str:
     """UTF-8 text (a byte-order mark allowed, UTF-16 with one); anything else is unreadable."""
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
@@ -289,8 +331,11 @@ def read_passages(path: Path, file: str, data: bytes | None = None, limit: int =
     if kind == "pdf":
         title, pages = read_pdf(path)
         named = f"{stem} › {title}" if title else stem  # indexed with each page's passages, as a heading is
-        return [p for number, text in pages
-                for p in sections_to_passages(text_sections(text), file, named, limit, page=number)]
+        return [
+            p
+            for number, text in pages
+            for p in sections_to_passages(text_sections(text), file, named, limit, page=number)
+        ]
     if kind == "jsonl":
         return jsonl_passages(path, file, limit)
     text = decode(path.read_bytes() if data is None else data)
@@ -304,6 +349,9 @@ def jsonl_passages(path: Path, file: str, limit: int) -> list[Passage]:
         documents = load_corpus(path)
     except CorpusError as e:
         raise Unreadable(str(e).removeprefix(f"{path}, ").removeprefix(f"{path}: ")) from None
-    return [Passage(file, doc.title, piece, None, doc.title)
-            for doc in documents for paragraph in doc.paragraphs() for piece in pieces(paragraph, limit)]
-
+    return [
+        Passage(file, doc.title, piece, None, doc.title)
+        for doc in documents
+        for paragraph in doc.paragraphs()
+        for piece in pieces(paragraph, limit)
+    ]

@@ -1,4 +1,5 @@
 """Google search through the Serper API (https://serper.dev)."""
+
 from __future__ import annotations
 
 import os
@@ -18,20 +19,31 @@ class GoogleSearch(Tool):
     name_for_human = {"en": "Google Search", "zh": "谷歌搜索"}
     description_for_model = {
         "en": "A web search engine (Google). Use it to look up public facts about people, places and events, "
-              "anything current, and what is not in your own documents. Returns the top results with their snippets.",
+        "anything current, and what is not in your own documents. Returns the top results with their snippets.",
         "zh": "一个网络搜索引擎（谷歌）。用于查询人物、地点、事件等公开事实、最新信息，以及你自己的文档中没有的内容，"
-              "返回最相关结果的摘要。",
+        "返回最相关结果的摘要。",
     }
-    parameters = [{
-        "name": "search_query",
-        "description": {"en": "the search keywords or question", "zh": "搜索关键词或问题"},
-        "required": True,
-        "schema": {"type": "string"},
-    }]
+    parameters = [
+        {
+            "name": "search_query",
+            "description": {"en": "the search keywords or question", "zh": "搜索关键词或问题"},
+            "required": True,
+            "schema": {"type": "string"},
+        }
+    ]
 
-    def __init__(self, api_key: str | None = None, endpoint: str | None = None, timeout: float = 10.0,
-                 max_retries: int = 2, num_results: int = 5, gl: str | None = None,
-                 hl: str | None = None, backoff: float = 0.5, deadline: float | None = 60.0):
+    def __init__(
+        self,
+        api_key: str | None = None,
+        endpoint: str | None = None,
+        timeout: float = 10.0,
+        max_retries: int = 2,
+        num_results: int = 5,
+        gl: str | None = None,
+        hl: str | None = None,
+        backoff: float = 0.5,
+        deadline: float | None = 60.0,
+    ):
         """`timeout`: seconds without an answer before a retry; `deadline`: seconds for a search in all."""
         self._api_key = api_key
         register_secret(api_key)  # a server may echo it back into results, traces and prompts
@@ -54,8 +66,9 @@ class GoogleSearch(Tool):
     def call(self, search_query: str) -> str:
         key = self.api_key
         if not key:
-            raise ToolError(f"Google search is not configured: set the {KEY_ENV} environment variable "
-                            "(a Serper API key)")
+            raise ToolError(
+                f"Google search is not configured: set the {KEY_ENV} environment variable (a Serper API key)"
+            )
         if not search_query.strip():
             raise ToolError("the search query is empty")
         payload = {"q": search_query, "num": self.num_results}
@@ -63,8 +76,15 @@ class GoogleSearch(Tool):
         headers = {"X-API-KEY": key, "Content-Type": "application/json"}
         deadline = Deadline(self.deadline)
         try:
-            with post_json(self.endpoint, payload, headers, timeout=self.timeout, max_retries=self.max_retries,
-                           backoff=self.backoff, deadline=deadline) as response:
+            with post_json(
+                self.endpoint,
+                payload,
+                headers,
+                timeout=self.timeout,
+                max_retries=self.max_retries,
+                backoff=self.backoff,
+                deadline=deadline,
+            ) as response:
                 if response.status_code in (401, 403):
                     raise ToolError(f"Serper rejected the API key (HTTP {response.status_code}); check {KEY_ENV}")
                 if response.status_code >= 400:

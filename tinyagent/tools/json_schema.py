@@ -5,6 +5,7 @@ The schema subset used is what a prompt can show and constrained decoding can co
 one-line message the agent shows the model; `converter` turns checked JSON values back into the
 Python values a function asked for (Enum members).
 """
+
 from __future__ import annotations
 
 import enum
@@ -87,8 +88,7 @@ def _enum_schema(values: list) -> dict:
 
 def _fits(kind: str, value) -> bool:
     if kind == "integer":
-        return (isinstance(value, int) and not isinstance(value, bool)
-                or isinstance(value, float) and value.is_integer())
+        return isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and value.is_integer()
     if kind == "number":
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     expected = {"string": str, "boolean": bool, "array": list, "object": dict, "null": type(None)}.get(kind)

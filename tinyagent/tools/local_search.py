@@ -6,6 +6,7 @@ methods of `SearchBackend` will do (docs/search.md sketches one on OpenSearch / 
 reads the passages back out of an observation, and `cited_sources` picks those a final answer came from, for
 the command line, `--json` and the chat page.
 """
+
 from __future__ import annotations
 
 import re
@@ -20,7 +21,7 @@ from .tool import Tool, ToolError
 
 SHIPPED_DESCRIPTION = {
     "en": "Searches an offline collection of short encyclopedia articles (people, places, science, "
-          "history, in English and Chinese). Returns the best-matching passages with their titles.",
+    "history, in English and Chinese). Returns the best-matching passages with their titles.",
     "zh": "在离线的简短百科文章集合（人物、地点、科学、历史，中英文）中搜索，返回最相关的段落及其标题。",
 }
 _MARKER = re.compile(r"(?:^|\n\n)\[(\d+)\] ([^\n]+)\n")
@@ -48,15 +49,23 @@ class LocalSearch(Tool):
     searches = True
     name_for_human = {"en": "Local Search", "zh": "本地搜索"}
     description_for_model = SHIPPED_DESCRIPTION
-    parameters = [{
-        "name": "search_query",
-        "description": {"en": "the search keywords or question", "zh": "搜索关键词或问题"},
-        "required": True,
-        "schema": {"type": "string"},
-    }]
+    parameters = [
+        {
+            "name": "search_query",
+            "description": {"en": "the search keywords or question", "zh": "搜索关键词或问题"},
+            "required": True,
+            "schema": {"type": "string"},
+        }
+    ]
 
-    def __init__(self, corpus_path: str | Path | None = None, top_k: int = 3, max_chars: int | None = 600,
-                 min_score_ratio: float = 0.25, index: SearchBackend | None = None):
+    def __init__(
+        self,
+        corpus_path: str | Path | None = None,
+        top_k: int = 3,
+        max_chars: int | None = 600,
+        min_score_ratio: float = 0.25,
+        index: SearchBackend | None = None,
+    ):
         """`corpus_path`: a folder, or a file (None: the shipped encyclopedia). `index`: a backend to search
         instead (then `corpus_path` is not read), e.g. another LocalSearch's `index`, to share it.
         `max_chars`: each passage shown up to this length. `min_score_ratio`: passages scoring below this share
@@ -81,17 +90,22 @@ class LocalSearch(Tool):
         hits = [h for h in hits if h.score >= hits[0].score * self.min_score_ratio]
         if not hits:
             return f"No results for {search_query.strip()!r} in the local corpus. Try other keywords."
-        return "\n\n".join(f"[{i}] {h.passage.source}\n{shorten(h.passage.text, self.max_chars)}"
-                           for i, h in enumerate(hits, 1))
+        return "\n\n".join(
+            f"[{i}] {h.passage.source}\n{shorten(h.passage.text, self.max_chars)}" for i, h in enumerate(hits, 1)
+        )
 
 
 def describe(index: SearchBackend, lang: str) -> str:
     """The tool's description for a corpus of the user's own."""
     if lang == "zh":
-        return (f"离线搜索你自己的文档：{index.summary('zh')}。用于这些文档能回答的问题。"
-                "返回最相关的段落，每段附有出处（文件 § 标题，或文件 p. 页码）。")
-    return (f"Searches your own documents, offline: {index.summary('en')}. Use it for questions these documents "
-            "answer. Returns the best-matching passages, each with its source (file § heading, or file p. page).")
+        return (
+            f"离线搜索你自己的文档：{index.summary('zh')}。用于这些文档能回答的问题。"
+            "返回最相关的段落，每段附有出处（文件 § 标题，或文件 p. 页码）。"
+        )
+    return (
+        f"Searches your own documents, offline: {index.summary('en')}. Use it for questions these documents "
+        "answer. Returns the best-matching passages, each with its source (file § heading, or file p. page)."
+    )
 
 
 def sources_in(observation: str) -> list[tuple[str, str]]:
@@ -105,7 +119,7 @@ def sources_in(observation: str) -> list[tuple[str, str]]:
             expected += 1
     for i, m in enumerate(kept):
         end = kept[i + 1].start() if i + 1 < len(kept) else len(observation)
-        out.append((m.group(2).strip(), observation[m.end():end].strip()))
+        out.append((m.group(2).strip(), observation[m.end() : end].strip()))
     return out
 
 
@@ -121,8 +135,9 @@ def cited_sources(steps: Iterable, answer: str | None, tools: Iterable[str] = ("
     for step in steps:
         text = getattr(step, "raw_observation", None) or getattr(step, "observation", None)
         if getattr(step, "action", None) in names and text and not getattr(step, "error", None):
-            shown += [(source, len(words & set(tokenize(passage))) / len(words))
-                      for source, passage in sources_in(text)]
+            shown += [
+                (source, len(words & set(tokenize(passage))) / len(words)) for source, passage in sources_in(text)
+            ]
     best = max((share for _, share in shown), default=0.0)
     if best == 0:
         return []

@@ -6,21 +6,30 @@ document is expected to hold the fields a passage has: `text`, and where known `
 `title` (docs/search.md shows how to fill such an index from a folder). The service ranks; the tool shows the
 passages and their sources as it does for a folder on disk.
 """
+
 from __future__ import annotations
 
 from ..jsonhttp import Deadline, RequestFailed, json_body, post_json
 from ..redaction import register_secret, register_url
-from .tool import ToolError
 from .documents import Passage
 from .search_index import Hit
+from .tool import ToolError
 
 
 class OpenSearchIndex:
     """A `SearchBackend` (local_search.py) on `url/index/_search`. `api_key`: sent as `Authorization: ApiKey ...`
     (Elasticsearch's form; OpenSearch behind a proxy takes the same header)."""
 
-    def __init__(self, url: str, index: str, api_key: str | None = None, timeout: float = 10.0,
-                 max_retries: int = 2, deadline: float | None = 30.0, fields: tuple[str, ...] = ("title^2", "text")):
+    def __init__(
+        self,
+        url: str,
+        index: str,
+        api_key: str | None = None,
+        timeout: float = 10.0,
+        max_retries: int = 2,
+        deadline: float | None = 30.0,
+        fields: tuple[str, ...] = ("title^2", "text"),
+    ):
         self.url = f"{url.rstrip('/')}/{index}/_search"
         self.shown_url = register_url(self.url)
         self.index, self.fields = index, list(fields)
@@ -34,12 +43,16 @@ class OpenSearchIndex:
         return f"OpenSearchIndex({self.shown_url!r})"
 
     def search(self, query: str, top_k: int) -> list[Hit]:
-        payload = {"size": top_k, "query": {"multi_match": {"query": query, "fields": self.fields}},
-                   "_source": ["file", "heading", "page", "title", "text"]}
+        payload = {
+            "size": top_k,
+            "query": {"multi_match": {"query": query, "fields": self.fields}},
+            "_source": ["file", "heading", "page", "title", "text"],
+        }
         deadline = Deadline(self.deadline)
         try:
-            with post_json(self.url, payload, self._headers, timeout=self.timeout, max_retries=self.max_retries,
-                           deadline=deadline) as response:
+            with post_json(
+                self.url, payload, self._headers, timeout=self.timeout, max_retries=self.max_retries, deadline=deadline
+            ) as response:
                 if response.status_code >= 400:
                     raise ToolError(f"the search service answered HTTP {response.status_code}")
                 body = json_body(response, self.url, deadline=deadline)
@@ -53,10 +66,18 @@ class OpenSearchIndex:
             source = hit.get("_source") if isinstance(hit, dict) else None
             if isinstance(source, dict) and isinstance(source.get("text"), str):
                 page, score = source.get("page"), hit.get("_score")
-                out.append(Hit(Passage(str(source.get("file") or ""), str(source.get("heading") or ""),
-                                       source["text"], page if isinstance(page, int) else None,
-                                       str(source.get("title") or "")),
-                               float(score) if isinstance(score, (int, float)) else 0.0))
+                out.append(
+                    Hit(
+                        Passage(
+                            str(source.get("file") or ""),
+                            str(source.get("heading") or ""),
+                            source["text"],
+                            page if isinstance(page, int) else None,
+                            str(source.get("title") or ""),
+                        ),
+                        float(score) if isinstance(score, (int, float)) else 0.0,
+                    )
+                )
         return out
 
     def summary(self, lang: str = "en") -> str:

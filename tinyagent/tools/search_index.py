@@ -11,6 +11,7 @@ Terms are written by `terms.tokenize` (so Chinese is indexed as character unigra
 space-separated; FTS5's bm25() ranks, the heading trail weighing twice the body. (Over 300 lines: opening the
 index, keeping it in step with the files and asking it share one connection, its lock and its damage handling.)
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,9 +31,9 @@ from .terms import TOKENIZER, tokenize
 log = logging.getLogger(__name__)
 
 CACHE_ENV = "TINYAGENT_CACHE"
-FORMAT = "1"              # bump when what the tables hold changes: older indexes are rebuilt
-MAX_QUERY_TERMS = 64      # a longer query is searched by its first 64 distinct terms
-TITLE_WEIGHT = 2.0        # bm25() weight of the heading trail against the body's 1
+FORMAT = "1"  # bump when what the tables hold changes: older indexes are rebuilt
+MAX_QUERY_TERMS = 64  # a longer query is searched by its first 64 distinct terms
+TITLE_WEIGHT = 2.0  # bm25() weight of the heading trail against the body's 1
 _SCHEMA = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE files(path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
@@ -58,7 +59,7 @@ def index_path(root: Path) -> Path:
 @dataclass(frozen=True)
 class Hit:
     passage: Passage
-    score: float        # higher is better (FTS5's bm25, negated)
+    score: float  # higher is better (FTS5's bm25, negated)
 
 
 @dataclass
@@ -69,7 +70,7 @@ class Changes:
     edited: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     unchanged: int = 0
-    read: list[str] = field(default_factory=list)        # files whose bytes were read
+    read: list[str] = field(default_factory=list)  # files whose bytes were read
     unreadable: dict[str, str] = field(default_factory=dict)
     other_kinds: Counter = field(default_factory=Counter)  # suffix -> files not searched
 
@@ -78,8 +79,13 @@ def _damaged(e: sqlite3.Error) -> bool:
     """The error says the file is not a (whole) index: damaged, not ours, or from an unknown version."""
     name = getattr(e, "sqlite_errorname", "")
     text = str(e).lower()
-    return name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or "malformed" in text or "not a database" in text \
-        or "no such table" in text or "no such column" in text
+    return (
+        name in ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+        or "malformed" in text
+        or "not a database" in text
+        or "no such table" in text
+        or "no such column" in text
+    )
 
 
 class SearchIndex:
@@ -103,8 +109,11 @@ class SearchIndex:
         self.db = self._open()
         self.changes = self.sync()
         if not self.count():
-            raise CorpusError(f"{self.root}: nothing to search (no readable Markdown, text, HTML, PDF or JSONL file)"
-                              if not self.single else f"{self.root}: the corpus is empty")
+            raise CorpusError(
+                f"{self.root}: nothing to search (no readable Markdown, text, HTML, PDF or JSONL file)"
+                if not self.single
+                else f"{self.root}: the corpus is empty"
+            )
 
     def __repr__(self) -> str:
         return f"SearchIndex({str(self.root)!r}, files={self.file_count()}, passages={self.count()})"
@@ -112,8 +121,12 @@ class SearchIndex:
     # --- opening ---------------------------------------------------------------------------------
 
     def _expected(self) -> dict[str, str]:
-        return {"format": FORMAT, "tokenizer": TOKENIZER, "passage_chars": str(self.passage_chars),
-                "root": str(self.root.resolve())}
+        return {
+            "format": FORMAT,
+            "tokenizer": TOKENIZER,
+            "passage_chars": str(self.passage_chars),
+            "root": str(self.root.resolve()),
+        }
 
     def _open(self) -> sqlite3.Connection:
         if self.path is None:
@@ -159,8 +172,12 @@ class SearchIndex:
             return self._in_memory(e)
 
     def _in_memory(self, error: Exception) -> sqlite3.Connection:
-        log.warning("cannot keep the search index of %s under %s (%s): indexing in memory for this run",
-                    self.root, self.path.parent if self.path else "the cache", error)
+        log.warning(
+            "cannot keep the search index of %s under %s (%s): indexing in memory for this run",
+            self.root,
+            self.path.parent if self.path else "the cache",
+            error,
+        )
         self.path = None
         return self._create(":memory:")
 
@@ -204,7 +221,9 @@ class SearchIndex:
         changes = Changes()
         with self.lock, self.db:
             self.db.execute("BEGIN IMMEDIATE")  # a second process syncing the same folder waits, then has nothing to do
-            known = {row[0]: row[1:] for row in self.db.execute("SELECT path, size, mtime_ns, sha256, error FROM files")}
+            known = {
+                row[0]: row[1:] for row in self.db.execute("SELECT path, size, mtime_ns, sha256, error FROM files")
+            }
             present = self.files()
             for name in sorted(set(known) - set(present)):
                 self._forget(name)
@@ -234,26 +253,33 @@ class SearchIndex:
             kinds = ", ".join(f"{n} {k}" for k, n in sorted(changes.other_kinds.items()))
             log.info("%s: not searched: files of other kinds (%s)", self.root, kinds)
         if changes.added or changes.edited or changes.removed:
-            log.info("search index of %s: %d added, %d edited, %d removed, %d unchanged", self.root,
-                     len(changes.added), len(changes.edited), len(changes.removed), changes.unchanged)
+            log.info(
+                "search index of %s: %d added, %d edited, %d removed, %d unchanged",
+                self.root,
+                len(changes.added),
+                len(changes.edited),
+                len(changes.removed),
+                changes.unchanged,
+            )
         return changes
 
     def _index_file(self, name: str, path: Path, stat: os.stat_result, before, changes: Changes) -> None:
         if stat.st_size > MAX_FILE_BYTES:
-            self._record_error(name, stat.st_size, stat.st_mtime_ns, "",
-                               f"larger than {MAX_FILE_BYTES // 2**20} MB", changes)
+            self._record_error(
+                name, stat.st_size, stat.st_mtime_ns, "", f"larger than {MAX_FILE_BYTES // 2**20} MB", changes
+            )
             return
         try:
             data = path.read_bytes()
         except OSError as e:
-            self._record_error(name, stat.st_size, stat.st_mtime_ns, "", f"cannot read it ({e.strerror or e})",
-                               changes)
+            self._record_error(name, stat.st_size, stat.st_mtime_ns, "", f"cannot read it ({e.strerror or e})", changes)
             return
         changes.read.append(name)
         digest = hashlib.sha256(data).hexdigest()
         if before is not None and before[2] == digest and not before[3]:  # touched, not changed
-            self.db.execute("UPDATE files SET size = ?, mtime_ns = ? WHERE path = ?",
-                            (stat.st_size, stat.st_mtime_ns, name))
+            self.db.execute(
+                "UPDATE files SET size = ?, mtime_ns = ? WHERE path = ?", (stat.st_size, stat.st_mtime_ns, name)
+            )
             changes.unchanged += 1
             return
         try:
@@ -265,10 +291,14 @@ class SearchIndex:
         self._forget(name)
         self.db.execute("INSERT INTO files VALUES (?, ?, ?, ?, NULL)", (name, stat.st_size, stat.st_mtime_ns, digest))
         for p in passages:
-            rowid = self.db.execute("INSERT INTO passages(file, heading, page, title, text) VALUES (?, ?, ?, ?, ?)",
-                                    (p.file, p.heading, p.page, p.title, p.text)).lastrowid
-            self.db.execute("INSERT INTO terms(rowid, title, body) VALUES (?, ?, ?)",
-                            (rowid, " ".join(tokenize(p.title)), " ".join(tokenize(p.text))))
+            rowid = self.db.execute(
+                "INSERT INTO passages(file, heading, page, title, text) VALUES (?, ?, ?, ?, ?)",
+                (p.file, p.heading, p.page, p.title, p.text),
+            ).lastrowid
+            self.db.execute(
+                "INSERT INTO terms(rowid, title, body) VALUES (?, ?, ?)",
+                (rowid, " ".join(tokenize(p.title)), " ".join(tokenize(p.text))),
+            )
         (changes.added if before is None else changes.edited).append(name)
 
     def _record_error(self, name, size, mtime_ns, digest, reason, changes: Changes) -> None:
@@ -301,8 +331,9 @@ class SearchIndex:
     def topics(self, limit: int = 6) -> list[str]:
         """Some of the documents' own titles (a first heading, a PDF's title), those nearest the top first."""
         with self.lock:
-            rows = self.db.execute("SELECT file, title FROM passages WHERE id IN "
-                                   "(SELECT min(id) FROM passages GROUP BY file)").fetchall()
+            rows = self.db.execute(
+                "SELECT file, title FROM passages WHERE id IN (SELECT min(id) FROM passages GROUP BY file)"
+            ).fetchall()
         titles = [(file, title.split(" › ")[1]) for file, title in rows if " › " in title]
         return [clip(t, 60) for _, t in sorted(titles, key=lambda r: (r[0].count("/"), r[0]))][:limit]
 
@@ -324,9 +355,11 @@ class SearchIndex:
         if not terms:
             return []
         match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-        sql = (f"SELECT p.file, p.heading, p.text, p.page, p.title, bm25(terms, {TITLE_WEIGHT}, 1.0) AS score "
-               "FROM terms JOIN passages AS p ON p.id = terms.rowid WHERE terms MATCH ? "
-               "ORDER BY score, p.id LIMIT ?")
+        sql = (
+            f"SELECT p.file, p.heading, p.text, p.page, p.title, bm25(terms, {TITLE_WEIGHT}, 1.0) AS score "
+            "FROM terms JOIN passages AS p ON p.id = terms.rowid WHERE terms MATCH ? "
+            "ORDER BY score, p.id LIMIT ?"
+        )
         try:
             with self.lock:
                 rows = self.db.execute(sql, (match, top_k)).fetchall()

@@ -1,5 +1,6 @@
 """Which of an agent's tools is its search tool, and where a query goes in it: what retrieve-then-answer and
 the ReAct search policy search the question with."""
+
 from __future__ import annotations
 
 import re
@@ -7,9 +8,12 @@ import re
 from .tool import Tool
 
 #: Words that ask rather than name: left out of a question's search terms (`search_terms`).
-_ASKING = re.compile(r"\b(?:what|which|who|whom|whose|when|where|why|how|many|much|is|are|was|were|did|does|do|the|"
-                     r"a|an|of|in|on|at|to|for|by|with|and|or|it|its|his|her|their|this|that|year|name|called)\b|"
-                     r"什么|哪一|哪个|哪里|哪年|哪|谁|多少|几|吗|呢|是|的|了|叫|在|有", re.IGNORECASE)
+_ASKING = re.compile(
+    r"\b(?:what|which|who|whom|whose|when|where|why|how|many|much|is|are|was|were|did|does|do|the|"
+    r"a|an|of|in|on|at|to|for|by|with|and|or|it|its|his|her|their|this|that|year|name|called)\b|"
+    r"什么|哪一|哪个|哪里|哪年|哪|谁|多少|几|吗|呢|是|的|了|叫|在|有",
+    re.IGNORECASE,
+)
 #: What a search tool says when it found nothing (local_search's words).
 NOTHING_FOUND = re.compile(r"^\s*No results\b", re.IGNORECASE)
 
@@ -26,8 +30,7 @@ def find_search_tool(tools, name: str | None = None) -> Tool | None:
     if name is not None:
         return by_name.get(name)
     engines = [by_name[n] for n in SEARCH_TOOLS if n in by_name] + list(by_name.values())
-    return next((t for t in engines if t.name_for_model in SEARCH_TOOLS[:2] or getattr(t, "searches", False)),
-                None)
+    return next((t for t in engines if t.name_for_model in SEARCH_TOOLS[:2] or getattr(t, "searches", False)), None)
 
 
 def query_argument(tool: Tool) -> str:

@@ -4,6 +4,7 @@ Latin words are lower-cased, stop words dropped and a plural `s` cut; CJK runs, 
 character unigrams and bigrams. Measured against jieba's words (bench/search_engines.py, bench/README.md):
 as good on the dev questions, with no dictionary to load and nothing to install.
 """
+
 from __future__ import annotations
 
 import re
@@ -17,7 +18,8 @@ _TOKENS = re.compile(rf"([{_CJK_CHARS}]+)|([^\W_{_CJK_CHARS}]+)")
 _EN_STOPWORDS = frozenset(
     "a an the of in on at to for from by with and or is are was were be been being it its this that "
     "these those what which who whom whose when where why how do does did has have had i you he she "
-    "we they his her their our my your me him them s as into about than then there".split())
+    "we they his her their our my your me him them s as into about than then there".split()
+)
 _ZH_STOP_SPLIT = re.compile("[的了是在和与吗呢吧啊哪什么谁]+")  # function characters: no unigram, no bigram
 
 
@@ -33,7 +35,7 @@ def tokenize(text: str) -> list[str]:
     for cjk, word in _TOKENS.findall(normalize(text)):
         if cjk:
             for piece in _ZH_STOP_SPLIT.split(cjk):
-                terms += list(piece) + [piece[i:i + 2] for i in range(len(piece) - 1)]
+                terms += list(piece) + [piece[i : i + 2] for i in range(len(piece) - 1)]
         elif word not in _EN_STOPWORDS:
             terms.append(word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word)
     return terms

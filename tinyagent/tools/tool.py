@@ -1,4 +1,5 @@
 """Tools: self-describing callables the agent offers to the model."""
+
 from __future__ import annotations
 
 import contextvars
@@ -94,13 +95,15 @@ class Tool:
         if missing:
             raise ToolArgumentError(f"missing required parameter(s): {', '.join(map(repr, missing))}")
         try:
-            return {name: json_schema.check(name, value, known[name].get("schema") or {})
-                    for name, value in args.items()}
+            return {
+                name: json_schema.check(name, value, known[name].get("schema") or {}) for name, value in args.items()
+            }
         except ValueError as e:
             raise ToolArgumentError(str(e)) from None
 
 
 # --- calling -----------------------------------------------------------------------------------
+
 
 def run(tool: Tool, arguments: dict) -> str:
     """Call `tool` with already validated `arguments`: await an async result, serialise it as text."""
@@ -171,8 +174,9 @@ def _in_thread(fn: Callable, timeout: float | None, tool_name: str):
 class FunctionTool(Tool):
     """A Tool wrapping a plain Python function; made by `@tool`."""
 
-    def __init__(self, fn: Callable, name: str | None = None, name_for_human: Text | None = None,
-                 description: Text | None = None):
+    def __init__(
+        self, fn: Callable, name: str | None = None, name_for_human: Text | None = None, description: Text | None = None
+    ):
         summary, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
         self.fn = fn
         self.name_for_model = name or fn.__name__
@@ -192,14 +196,20 @@ class FunctionTool(Tool):
         return f"<tool {self.name_for_model}>"
 
 
-def tool(fn: Callable | None = None, *, name: str | None = None, name_for_human: Text | None = None,
-         description: Text | None = None):
+def tool(
+    fn: Callable | None = None,
+    *,
+    name: str | None = None,
+    name_for_human: Text | None = None,
+    description: Text | None = None,
+):
     """Turn a typed function with a docstring into a Tool.
 
     The name comes from the function, the description from the docstring's first part,
     the parameters from the signature (types, defaults) and the docstring's `Args:` section.
     Use bare (`@tool`) or with overrides (`@tool(name_for_human={"en": ..., "zh": ...})`).
     """
+
     def wrap(f: Callable) -> FunctionTool:
         return FunctionTool(f, name=name, name_for_human=name_for_human, description=description)
 
@@ -242,12 +252,14 @@ def _parameters_from_signature(fn: Callable, arg_docs: dict[str, str]) -> tuple[
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         annotation = hints.get(p.name, p.annotation)
-        params.append({
-            "name": p.name,
-            "description": arg_docs.get(p.name, ""),
-            "required": p.default is inspect.Parameter.empty,
-            "schema": json_schema.schema_of(annotation),
-        })
+        params.append(
+            {
+                "name": p.name,
+                "description": arg_docs.get(p.name, ""),
+                "required": p.default is inspect.Parameter.empty,
+                "schema": json_schema.schema_of(annotation),
+            }
+        )
         convert = json_schema.converter(annotation)
         if convert is not None:
             converters[p.name] = convert

@@ -12,6 +12,7 @@ names another call (a late second click, a card that has changed since) is refus
 only ever approves the call they saw. What the card shows of the call has its control, directional
 and zero-width characters escaped (`\u202e`), so the text read is the text that runs.
 """
+
 import itertools
 import json
 import queue
@@ -24,13 +25,21 @@ from ..redaction import redact
 from ..text import escape_controls, lang_for
 
 LABELS = {
-    "en": {"waiting": "waiting for your approval", "card": "**{tool}** wants to run with these arguments. Approve "
-           "it, approve every call of {tool}, edit the arguments, or refuse it (the model reads your reason).",
-           "problem": "Those arguments do not fit: {problem}", "stopped": "the user stopped the run",
-           "call": "Call {id}"},
-    "zh": {"waiting": "等待你的批准", "card": "**{tool}** 要以这些参数运行。可以批准、始终批准 {tool}、修改参数，"
-           "或拒绝（模型会读到你的理由）。", "problem": "这些参数不合适：{problem}", "stopped": "用户停止了运行",
-           "call": "调用 {id}"},
+    "en": {
+        "waiting": "waiting for your approval",
+        "card": "**{tool}** wants to run with these arguments. Approve "
+        "it, approve every call of {tool}, edit the arguments, or refuse it (the model reads your reason).",
+        "problem": "Those arguments do not fit: {problem}",
+        "stopped": "the user stopped the run",
+        "call": "Call {id}",
+    },
+    "zh": {
+        "waiting": "等待你的批准",
+        "card": "**{tool}** 要以这些参数运行。可以批准、始终批准 {tool}、修改参数，或拒绝（模型会读到你的理由）。",
+        "problem": "这些参数不合适：{problem}",
+        "stopped": "用户停止了运行",
+        "call": "调用 {id}",
+    },
 }
 
 
@@ -41,11 +50,11 @@ class Pending:
     def __init__(self, notify: Callable[[str, ApprovalRequest | None], None]):
         self.notify = notify
         self.request: ApprovalRequest | None = None
-        self.call: str | None = None                # the id of the call waiting
-        self.shown: ApprovalRequest | None = None   # the call the card shows
+        self.call: str | None = None  # the id of the call waiting
+        self.shown: ApprovalRequest | None = None  # the call the card shows
         self._answer: queue.Queue | None = None
         self._ids = itertools.count(1)
-        self._stopped = False                       # the run was stopped: its calls are refused unasked
+        self._stopped = False  # the run was stopped: its calls are refused unasked
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -101,8 +110,12 @@ class Pending:
 
 
 #: The card's buttons: (decision, label, variant).
-BUTTONS = (("run", "Approve · 批准", "primary"), ("always", "Always · 始终批准", "secondary"),
-           ("edit", "Run edited · 按修改运行", "secondary"), ("refuse", "Refuse · 拒绝", "stop"))
+BUTTONS = (
+    ("run", "Approve · 批准", "primary"),
+    ("always", "Always · 始终批准", "secondary"),
+    ("edit", "Run edited · 按修改运行", "secondary"),
+    ("refuse", "Refuse · 拒绝", "stop"),
+)
 
 
 @dataclass
@@ -115,7 +128,7 @@ class Card:
     text: object
     arguments: object
     reason: object
-    call: object       # the id of the call shown, sent back with the answer
+    call: object  # the id of the call shown, sent back with the answer
     buttons: dict
 
     @classmethod
@@ -123,12 +136,15 @@ class Card:
         with gr.Group(visible=False, elem_id="approval") as group:
             text = gr.Markdown(elem_id="approval-text")
             arguments = gr.Code(language="json", interactive=True, show_label=False, elem_id="approval-arguments")
-            reason = gr.Textbox(show_label=False, placeholder="Why refuse? (the model reads it) · 拒绝的理由",
-                                elem_id="approval-reason")
+            reason = gr.Textbox(
+                show_label=False, placeholder="Why refuse? (the model reads it) · 拒绝的理由", elem_id="approval-reason"
+            )
             call = gr.Textbox(visible=False, elem_id="approval-call")
             with gr.Row():
-                buttons = {decision: gr.Button(label, variant=variant, elem_id=f"approval-{decision}")
-                           for decision, label, variant in BUTTONS}
+                buttons = {
+                    decision: gr.Button(label, variant=variant, elem_id=f"approval-{decision}")
+                    for decision, label, variant in BUTTONS
+                }
         return cls(group, text, arguments, reason, call, buttons)
 
     @property
@@ -138,6 +154,7 @@ class Card:
     def wire(self, gr, approve: Callable[[str, str, str, str, str], bool], key) -> None:
         """The buttons and the `/approve` API: each answers the call waiting in the session that `key` (the
         page's hidden session id) names, through `approve(session id, decision, arguments, reason, call id)`."""
+
         def api(decision: str, arguments: str, reason: str, session: str, call: str) -> bool:
             """Answer the call waiting for approval: decision run, always, edit (with arguments) or refuse;
             session: the id /respond gave; call: the id of the call the card shows (/respond's last output).
@@ -150,12 +167,18 @@ class Card:
         def answer(decision: str):
             def click(arguments: str, reason: str, session: str, call: str) -> None:
                 api(decision, arguments, reason, session, call)
+
             return click
 
         gr.api(api, api_name="approve", concurrency_limit=None)
         for decision, button in self.buttons.items():
-            button.click(answer(decision), [self.arguments, self.reason, key, self.call], None,
-                         api_visibility="private", concurrency_limit=None)
+            button.click(
+                answer(decision),
+                [self.arguments, self.reason, key, self.call],
+                None,
+                api_visibility="private",
+                concurrency_limit=None,
+            )
 
 
 def card_values(gr, request: ApprovalRequest | None, lang: str, call: str | None = None) -> tuple:

@@ -11,6 +11,7 @@ them itself); more wait in Gradio's queue, which shows each its place. Questions
 under the chat (approval.py). Everything shown passes through `redact`.
 Gradio is imported only when a page is built: `pip install 'tinyagent[web]'`.
 """
+
 import logging
 import os
 import queue
@@ -19,14 +20,14 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from . import approval
 from ..agent import Agent
 from ..agent.approval import give_asker
 from ..redaction import redact
-from .sessions import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL, SessionsFull, SessionStore
 from ..store import ConversationStore, StoreError
 from ..text import detect_lang, lang_for, one_line
+from . import approval
 from .reply import LABELS, Messages, PageReply, replayed
+from .sessions import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL, SessionsFull, SessionStore
 
 if TYPE_CHECKING:
     import gradio as gr
@@ -65,15 +66,16 @@ class Session:
 
     def __init__(self, factory: AgentFactory):
         self.events: queue.Queue = queue.Queue()
-        self.agent = factory(on_step=lambda s: self.events.put(("step", s)),
-                             on_text=lambda t: self.events.put(("text", t)))
+        self.agent = factory(
+            on_step=lambda s: self.events.put(("step", s)), on_text=lambda t: self.events.put(("text", t))
+        )
         self.pending = approval.Pending(lambda kind, request: self.events.put((kind, request)))
         give_asker(self.agent.hooks, self.pending.ask)  # approvers with no one to ask: the page's card
         self.messages: Messages = []
-        self.owner = ""                  # whose conversation it is in the conversation store
+        self.owner = ""  # whose conversation it is in the conversation store
         self.keep: Callable | None = None  # keep(question, result): the turn into the conversation store
         self.running = threading.Lock()  # one run at a time per conversation
-        self._state = threading.Lock()   # orders `stop` with the start and end of a run
+        self._state = threading.Lock()  # orders `stop` with the start and end of a run
         self._in_run = False
 
     def stop(self) -> None:
@@ -160,18 +162,31 @@ class ChatPage:
     user (`owner_of`), and a conversation the server has forgotten (a restart, the TTL) comes back from it
     when its id is sent again; a login user's page opens on their latest conversation (`latest`)."""
 
-    def __init__(self, factory: AgentFactory, about: str = "", max_question_chars: int = DEFAULT_MAX_QUESTION_CHARS,
-                 max_sessions: int = DEFAULT_MAX_SESSIONS, session_ttl: float = DEFAULT_SESSION_TTL,
-                 max_runs: int = DEFAULT_MAX_RUNS, clock: Callable[[], float] = time.monotonic,
-                 store: ConversationStore | None = None):
+    def __init__(
+        self,
+        factory: AgentFactory,
+        about: str = "",
+        max_question_chars: int = DEFAULT_MAX_QUESTION_CHARS,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
+        session_ttl: float = DEFAULT_SESSION_TTL,
+        max_runs: int = DEFAULT_MAX_RUNS,
+        clock: Callable[[], float] = time.monotonic,
+        store: ConversationStore | None = None,
+    ):
         self.factory, self.about, self.store = factory, about, store
         self.max_question_chars, self.max_runs = max_question_chars, max_runs
         self.sessions: SessionStore[Session] = SessionStore(
-            lambda: Session(factory), max_sessions, session_ttl, busy=lambda s: s.running.locked(),
-            on_drop=lambda s: s.stop(), clock=clock)
+            lambda: Session(factory),
+            max_sessions,
+            session_ttl,
+            busy=lambda s: s.running.locked(),
+            on_drop=lambda s: s.stop(),
+            clock=clock,
+        )
 
-    def respond(self, key: str, question: str, user: str | None = None
-                ) -> Iterator[tuple[str, Messages | None, str | None]]:
+    def respond(
+        self, key: str, question: str, user: str | None = None
+    ) -> Iterator[tuple[str, Messages | None, str | None]]:
         """(session id, the chat as it grows, None) while `question` runs; a label of LABELS instead of the
         chat when it cannot run: "busy" (this session runs one), "too_long", "full" (no room for a session).
         `user` is the login user, if any."""
@@ -280,8 +295,8 @@ class ChatPage:
         """The page: header, chat, question box, Send / Stop / Clear, and the hidden session id."""
         gr = _gradio()
 
-        def respond(question: str, key: str, request: gr.Request):
-            for key, chat, label in self.respond(key, question, request.username):
+        def respond(question: str, asked_key: str, request: gr.Request):
+            for key, chat, label in self.respond(asked_key, question, request.username):
                 if label is not None:
                     gr.Warning(self.warning(label, question))
                     yield gr.skip(), question, key, *self.card(key)
@@ -293,11 +308,18 @@ class ChatPage:
 
         with gr.Blocks(title="TinyAgent", analytics_enabled=False) as page:
             gr.Markdown(f"## TinyAgent\n{redact(self.about)}", elem_id="about")
-            chat = gr.Chatbot(label="TinyAgent", elem_id="chat", height=560, feedback_options=None,
-                              buttons=["copy", "copy_all"])
+            chat = gr.Chatbot(
+                label="TinyAgent", elem_id="chat", height=560, feedback_options=None, buttons=["copy", "copy_all"]
+            )
             with gr.Row():
-                box = gr.Textbox(show_label=False, placeholder="Ask a question · 输入问题", scale=6,
-                                 autofocus=True, elem_id="question", max_length=self.max_question_chars)
+                box = gr.Textbox(
+                    show_label=False,
+                    placeholder="Ask a question · 输入问题",
+                    scale=6,
+                    autofocus=True,
+                    elem_id="question",
+                    max_length=self.max_question_chars,
+                )
                 send = gr.Button("Send · 发送", variant="primary", scale=1, elem_id="send")
                 halt = gr.Button("Stop · 停止", variant="stop", scale=1, elem_id="stop")
                 wipe = gr.Button("Clear · 清空", scale=1, elem_id="clear")
@@ -322,11 +344,24 @@ def owner_of(user: str | None) -> str:
     return f"web:{user}" if user else "web"
 
 
-def serve(page: "gr.Blocks", host: str = "127.0.0.1", port: int = 7860, share: bool = False,
-          auth: tuple[str, str] | None = None) -> tuple[str, str | None]:
+def serve(
+    page: "gr.Blocks",
+    host: str = "127.0.0.1",
+    port: int = 7860,
+    share: bool = False,
+    auth: tuple[str, str] | None = None,
+) -> tuple[str, str | None]:
     """Start the page's server in the background; return its local URL and its public link, if shared.
     `auth` (user, password): a login page first, and every route refused without it."""
     page.queue(default_concurrency_limit=None)
-    _, url, public = page.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=True,
-                                 quiet=True, ssr_mode=False, footer_links=["api"], auth=[auth] if auth else None)
+    _, url, public = page.launch(
+        server_name=host,
+        server_port=port,
+        share=share,
+        prevent_thread_lock=True,
+        quiet=True,
+        ssr_mode=False,
+        footer_links=["api"],
+        auth=[auth] if auth else None,
+    )
     return url, public

@@ -1,6 +1,7 @@
 """The chat page's messages: a reply's steps as collapsible blocks (the one being written pending), then
 its answer and the CLI's summary line, in English or Chinese; everything redacted, and text still
 streaming without a tail that could begin a secret. No Gradio here: plain chat-message dicts."""
+
 from __future__ import annotations
 
 import json
@@ -17,18 +18,34 @@ from . import approval
 Messages = list[dict]
 
 LABELS = {
-    "en": {"step": "Step {n}", "final": "final answer", "forced": "final answer at the turn cap",
-           "refused": "refused", "edited": "edited", "sources": "Sources:",
-           "stopped": "Stopped after {n} step(s).", "no_answer": "No final answer.", "error": "Error: {e}",
-           "busy": "A question is still running: wait for it, or press Stop.",
-           "too_long": "The question is too long ({n} characters; the limit is {limit}).",
-           "full": "The page is answering as many conversations as it can: try again in a moment."},
-    "zh": {"step": "第 {n} 步", "final": "最终答案", "forced": "达到轮数上限时的最终答案",
-           "refused": "已拒绝", "edited": "已修改", "sources": "出处：",
-           "stopped": "已在第 {n} 步后停止。", "no_answer": "没有最终答案。", "error": "错误：{e}",
-           "busy": "上一个问题还在运行：请稍候，或按“停止”。",
-           "too_long": "问题太长（{n} 个字符；上限为 {limit}）。",
-           "full": "页面正在处理尽可能多的对话：请稍后再试。"},
+    "en": {
+        "step": "Step {n}",
+        "final": "final answer",
+        "forced": "final answer at the turn cap",
+        "refused": "refused",
+        "edited": "edited",
+        "sources": "Sources:",
+        "stopped": "Stopped after {n} step(s).",
+        "no_answer": "No final answer.",
+        "error": "Error: {e}",
+        "busy": "A question is still running: wait for it, or press Stop.",
+        "too_long": "The question is too long ({n} characters; the limit is {limit}).",
+        "full": "The page is answering as many conversations as it can: try again in a moment.",
+    },
+    "zh": {
+        "step": "第 {n} 步",
+        "final": "最终答案",
+        "forced": "达到轮数上限时的最终答案",
+        "refused": "已拒绝",
+        "edited": "已修改",
+        "sources": "出处：",
+        "stopped": "已在第 {n} 步后停止。",
+        "no_answer": "没有最终答案。",
+        "error": "错误：{e}",
+        "busy": "上一个问题还在运行：请稍候，或按“停止”。",
+        "too_long": "问题太长（{n} 个字符；上限为 {limit}）。",
+        "full": "页面正在处理尽可能多的对话：请稍后再试。",
+    },
 }
 
 
@@ -50,7 +67,7 @@ class PageReply:
     def __init__(self, lang: str):
         self.lang, self.labels = lang, LABELS[lang]
         self.steps: list[Step] = []
-        self.writing = ""   # text the model is writing for the next step
+        self.writing = ""  # text the model is writing for the next step
         self.waiting: ApprovalRequest | None = None  # its call, while it waits for approval
         self.answer: str | None = None
 
@@ -93,13 +110,17 @@ class PageReply:
 
     def _block(self, step: Step, status: str | None) -> dict:
         """A step as a collapsible message: titled with its tool, the arguments as its log line."""
-        name = step.action or {StepKind.FINAL_ANSWER: self.labels["final"], StepKind.FORCED_ANSWER:
-                               self.labels["forced"], StepKind.NO_FORCED_ANSWER: self.labels["forced"]}.get(
-                                   step.kind, str(step.kind))
+        name = step.action or {
+            StepKind.FINAL_ANSWER: self.labels["final"],
+            StepKind.FORCED_ANSWER: self.labels["forced"],
+            StepKind.NO_FORCED_ANSWER: self.labels["forced"],
+        }.get(step.kind, str(step.kind))
         if step.kind == StepKind.REFUSED or step.edited_from is not None:
             name += f" · {self.labels['refused' if step.kind == StepKind.REFUSED else 'edited']}"
-        meta = {"title": f"{self.labels['step'].format(n=step.index + 1)} · {name}",
-                "duration": round(step.model_seconds + step.tool_seconds, 2)}
+        meta = {
+            "title": f"{self.labels['step'].format(n=step.index + 1)} · {name}",
+            "duration": round(step.model_seconds + step.tool_seconds, 2),
+        }
         if step.arguments is not None:  # what ran, its hidden characters shown as the approval card shows them
             meta["log"] = escape_controls(clip(json.dumps(step.arguments, ensure_ascii=False), 200), invisible=True)
         elif step.action_input:

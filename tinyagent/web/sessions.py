@@ -1,6 +1,7 @@
 """The chat page's conversations, apart from Gradio: each under an id the server makes, so a client
 cannot choose another's (Gradio's own session hash is sent by the client); at most `max_sessions`,
 and one idle for `ttl` seconds is forgotten. Nothing here knows what a session holds."""
+
 from __future__ import annotations
 
 import threading
@@ -30,9 +31,15 @@ class SessionStore(Generic[T]):
     are stored; `on_drop(session)` is called for each session dropped.
     """
 
-    def __init__(self, make: Callable[[], T], max_sessions: int = DEFAULT_MAX_SESSIONS,
-                 ttl: float = DEFAULT_SESSION_TTL, busy: Callable[[T], bool] = lambda s: False,
-                 on_drop: Callable[[T], None] = lambda s: None, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        make: Callable[[], T],
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
+        ttl: float = DEFAULT_SESSION_TTL,
+        busy: Callable[[T], bool] = lambda s: False,
+        on_drop: Callable[[T], None] = lambda s: None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         if max_sessions < 1 or not ttl > 0:
             raise ValueError(f"max_sessions must be at least 1 and ttl positive, not {max_sessions}, {ttl}")
         self.make, self.max_sessions, self.ttl = make, max_sessions, ttl

@@ -10,12 +10,13 @@
 `MCPServer` and `start_servers` load on first use: their module brings asyncio, which a config
 check or `import tinyagent` does not need.
 """
+
 from __future__ import annotations
 
 import importlib
 
-from .spec import MCPServerError, spec_problem
 from .server_tool import MCPTool
+from .spec import MCPServerError, spec_problem
 
 __all__ = ["MCPServer", "MCPServerError", "MCPTool", "spec_problem", "start_servers"]
 

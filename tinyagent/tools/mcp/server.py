@@ -9,6 +9,7 @@ protocol error, a server that died or stopped answering within `timeout`) raises
 which the agent shows the model as an observation. Closing stops the server process; servers
 still open when Python exits are closed then.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -26,8 +27,8 @@ from ...format.observations import kept
 from ...redaction import redact, register_args, register_secret
 from ...text import clip
 from ..tool import Tool, ToolError
-from .spec import INSTALL_HINT, MCPServerError
 from .server_tool import DESCRIPTION_CHARS, NAME, MCPTool, result_text
+from .spec import INSTALL_HINT, MCPServerError
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +50,16 @@ class MCPServer:
     `tools` keeps only the named tools; descriptions are cut to `description_chars`.
     """
 
-    def __init__(self, command: str, args: Sequence[str] = (), env: Mapping[str, str] | None = None,
-                 timeout: float = 30.0, tools: Sequence[str] | None = None,
-                 description_chars: int = DESCRIPTION_CHARS, secret_args: Sequence[str] = ()):
+    def __init__(
+        self,
+        command: str,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        timeout: float = 30.0,
+        tools: Sequence[str] | None = None,
+        description_chars: int = DESCRIPTION_CHARS,
+        secret_args: Sequence[str] = (),
+    ):
         try:
             import mcp  # the optional extra
         except ImportError:
@@ -77,8 +85,12 @@ class MCPServer:
             listed = asyncio.run_coroutine_threadsafe(self._started(), self._loop).result(timeout + 1)
             self.tools = _select(self, listed, tools, description_chars)
             if tools is None and len(self.tools) > MANY_TOOLS:
-                log.warning("MCP server %s offers %d tools, each ~150 prompt tokens; keep the ones you need "
-                            "with tools=[...] (`tools:` in the config)", self.label, len(self.tools))
+                log.warning(
+                    "MCP server %s offers %d tools, each ~150 prompt tokens; keep the ones you need "
+                    "with tools=[...] (`tools:` in the config)",
+                    self.label,
+                    len(self.tools),
+                )
         except MCPServerError:
             self.close()
             raise
@@ -98,8 +110,9 @@ class MCPServer:
         from mcp.client.stdio import stdio_client
 
         try:
-            async with mcp.Client(stdio_client(params, errlog=self._stderr),
-                                  read_timeout_seconds=self.timeout) as client:
+            async with mcp.Client(
+                stdio_client(params, errlog=self._stderr), read_timeout_seconds=self.timeout
+            ) as client:
                 listed, cursor = [], None
                 for _ in range(_LIST_PAGES):
                     page = await client.list_tools(cursor=cursor)
@@ -137,7 +150,8 @@ class MCPServer:
             from mcp.types import REQUEST_TIMEOUT
 
             timed_out = isinstance(e, (concurrent.futures.TimeoutError, asyncio.TimeoutError)) or (
-                getattr(getattr(e, "error", None), "code", None) == REQUEST_TIMEOUT)
+                getattr(getattr(e, "error", None), "code", None) == REQUEST_TIMEOUT
+            )
             reason = f"no answer within {self.timeout:g} s" if timed_out else _reason(e)
             raise ToolError(redact(f"{name} failed: {reason} (MCP server {self.label})")) from None
         finally:
@@ -206,14 +220,20 @@ def _select(server: MCPServer, listed: list, names: Sequence[str] | None, chars:
         if isinstance(spec.name, str) and NAME.fullmatch(spec.name):
             usable.append(spec)
         else:
-            log.warning("MCP server %s: the tool %s is not used: its name is not an MCP tool name (1-128 letters, "
-                        "digits, _, - and .)", server.label, clip(repr(spec.name), 80))
+            log.warning(
+                "MCP server %s: the tool %s is not used: its name is not an MCP tool name (1-128 letters, "
+                "digits, _, - and .)",
+                server.label,
+                clip(repr(spec.name), 80),
+            )
     by_name = {spec.name: spec for spec in usable}
     if names is not None:
         missing = [n for n in names if n not in by_name]
         if missing:
-            raise MCPServerError(f"MCP server {server.label} has no tool {', '.join(map(repr, missing))}; "
-                                 f"it has: {', '.join(by_name) or 'none'}")
+            raise MCPServerError(
+                f"MCP server {server.label} has no tool {', '.join(map(repr, missing))}; "
+                f"it has: {', '.join(by_name) or 'none'}"
+            )
         usable = [by_name[n] for n in names]
     return [MCPTool(server, spec, chars) for spec in usable]
 
@@ -228,6 +248,7 @@ def _reason(error: BaseException) -> str:
 
 # --- servers from a config ------------------------------------------------------------------------
 
+
 def start_servers(specs: Sequence[dict], taken: Sequence[Tool] = ()) -> list[Tool]:
     """The tools of a server per spec (each tool's `.server` closes it). A tool name another tool
     has is an MCPServerError naming both; on any failure the servers already started are closed."""
@@ -241,8 +262,10 @@ def start_servers(specs: Sequence[dict], taken: Sequence[Tool] = ()) -> list[Too
                 log.warning("MCP server %s offers no tools; it is not used", server.label)
             for t in server.tools:
                 if t.name_for_model in owner:
-                    raise MCPServerError(f"the tool {t.name_for_model!r} of MCP server {server.label} has the "
-                                         f"name of {owner[t.name_for_model]}; leave one out with `tools: [...]`")
+                    raise MCPServerError(
+                        f"the tool {t.name_for_model!r} of MCP server {server.label} has the "
+                        f"name of {owner[t.name_for_model]}; leave one out with `tools: [...]`"
+                    )
                 owner[t.name_for_model] = f"the tool {t.name_for_model!r} of MCP server {server.label}"
     except BaseException:
         for server in servers:

@@ -8,6 +8,7 @@ they reach the prompt or `tools=`; descriptions are cut to `description_chars` w
 schema, a schema nested past SCHEMA_DEPTH is cut there, and one still longer than SCHEMA_CHARS is
 replaced by the compact schema of the ReAct prompt's parameter lines. A result is cut to
 MAX_RAW_OBSERVATION_CHARS by the server (server.py), as the agent cuts every tool's."""
+
 from __future__ import annotations
 
 import json
@@ -50,8 +51,14 @@ class MCPTool(Tool):
         self.server_name = spec.name  # what `tools/call` is sent; the prompt's names are neutralised
         self.name_for_model = neutralize_control_tokens(spec.name)
         annotations = getattr(spec, "annotations", None)
-        title = next((t for t in (spec.title, getattr(annotations, "title", None)) if isinstance(t, str) and
-                      _shorten(t, TITLE_CHARS)), spec.name)
+        title = next(
+            (
+                t
+                for t in (spec.title, getattr(annotations, "title", None))
+                if isinstance(t, str) and _shorten(t, TITLE_CHARS)
+            ),
+            spec.name,
+        )
         self.name_for_human = neutralize_control_tokens(_shorten(title, TITLE_CHARS))
         self.description_for_model = neutralize_control_tokens(_shorten(_text(spec.description), description_chars))
         raw = spec.input_schema if isinstance(spec.input_schema, dict) else {}
@@ -125,8 +132,11 @@ def _clean(text: str) -> str:
 
 def _parameters(schema: dict, chars: int) -> list[dict]:
     """`Tool.parameters` from a JSON schema's properties, compact enough for the prompt."""
-    required = {r for r in schema.get("required") or [] if isinstance(r, str)} if isinstance(
-        schema.get("required"), list) else set()
+    required = (
+        {r for r in schema.get("required") or [] if isinstance(r, str)}
+        if isinstance(schema.get("required"), list)
+        else set()
+    )
     properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
     params = []
     for name, prop in properties.items():
@@ -136,8 +146,14 @@ def _parameters(schema: dict, chars: int) -> list[dict]:
             shown.pop("type", None)
         if len(json.dumps(shown, ensure_ascii=False)) > chars:
             shown = {"type": shown["type"]} if "type" in shown else {}
-        params.append({"name": name, "description": _shorten(_text(prop.get("description")), chars),
-                       "required": name in required, "schema": shown})
+        params.append(
+            {
+                "name": name,
+                "description": _shorten(_text(prop.get("description")), chars),
+                "required": name in required,
+                "schema": shown,
+            }
+        )
     return params
 
 

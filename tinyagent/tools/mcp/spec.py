@@ -1,4 +1,5 @@
 """One `agent.mcp_servers` entry of a config: what it may hold, checked before any server starts."""
+
 from __future__ import annotations
 
 from ...text import clip
@@ -11,9 +12,14 @@ class MCPServerError(RuntimeError):
 
 
 #: The keys of one `agent.mcp_servers` entry, and what each must be.
-SPEC_KEYS = {"command": "a non-empty string", "args": "a list of strings", "env": "a mapping of strings",
-             "timeout": "a positive number of seconds", "tools": "a list of tool names",
-             "secret_args": "a list of flags whose values are secrets"}
+SPEC_KEYS = {
+    "command": "a non-empty string",
+    "args": "a list of strings",
+    "env": "a mapping of strings",
+    "timeout": "a positive number of seconds",
+    "tools": "a list of tool names",
+    "secret_args": "a list of flags whose values are secrets",
+}
 
 
 def spec_problem(spec) -> str | None:
