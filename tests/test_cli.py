@@ -205,6 +205,15 @@ def test_without_a_serper_key_local_search_replaces_google_search(use_model, cap
     assert "local_search" in system and "google_search" not in system
 
 
+@pytest.mark.parametrize("extra", [[], ["--no-stream"]])
+def test_the_search_first_is_shown_as_the_call_it_is(use_model, capsys, extra):
+    use_model(StreamingModel(["He was born in 1979.\nThe answer is 1979.", "Final Answer: 1979"]))
+    code, out, _ = run_cli(capsys, "ask", "Which year was Jay Chou born?", *extra)
+    assert code == 0
+    call = 'Action: local_search\nAction Input: {"search_query": "Which year was Jay Chou born?"}\nObservation: [1] Jay'
+    assert call in out and out.index(call) < out.index("He was born in 1979.")
+
+
 def test_a_secret_never_reaches_stdout_stderr_trace_or_json(use_model, capsys, tmp_path, monkeypatch):
     replies = [
         f'Thought: try it\nAction: calculator\nAction Input: {{"expression": "{SECRET} + 1"}}',

@@ -142,7 +142,9 @@ class Reporter:
         if self.json_mode:
             return
         self._stream_out("", final=True)
-        if not self._streamed:  # --no-stream, or a backend that does not stream
+        if step.kind == StepKind.SEARCHED:  # the agent's own call, not the model's: shown as the call it is
+            self._out(f"Action: {step.action}\nAction Input: {step.action_input}\n")
+        elif not self._streamed:  # --no-stream, or a backend that does not stream
             forced = step.kind in (StepKind.FORCED_ANSWER, StepKind.NO_FORCED_ANSWER)
             self._out(
                 (shipped().text("react.force_final", self.lang) + " " if forced else "") + step.text.lstrip(" ") + "\n"
