@@ -81,6 +81,28 @@ def test_which_tool_is_searched_first():
     assert find_search_tool([docstore, LocalSearch()]).name_for_model == "local_search"
 
 
+@pytest.mark.parametrize(
+    "first,follow_up,query",
+    [
+        (JAY, "What was his first album?", "What was his first album? Jay Chou born"),
+        ("周杰伦哪一年出生的？", "他的第一张专辑叫什么？", "他的第一张专辑叫什么？ 周杰伦 年出生"),
+        (JAY, "How tall is Mount Everest?", "How tall is Mount Everest?"),  # a new subject: as asked
+    ],
+)
+def test_a_follow_up_is_searched_with_the_names_it_points_back_to(first, follow_up, query):
+    agent = Agent(
+        ScriptedModel(
+            ["1979\nThe answer is 1979.", "Final Answer: 1979", "Jay\nThe answer is Jay.", "Final Answer: Jay"]
+        ),
+        [LocalSearch()],
+    )
+    agent.chat(first)
+    searched = agent.chat(follow_up).steps[0]
+    assert searched.kind == StepKind.SEARCHED and searched.arguments == {"search_query": query}
+    if "album" in follow_up or "专辑" in follow_up:
+        assert "Jay" in searched.observation.split("\n\n")[0]  # the album's passage, found through the name
+
+
 def test_the_model_searches_again_with_its_own_query():
     model = ScriptedModel(
         [

@@ -26,7 +26,7 @@ from ..format.templates import Prompts
 from ..models.model import BaseModel, Reply
 from ..tools import arithmetic
 from ..tools.calculator import Calculator
-from ..tools.search_tool import NOTHING_FOUND, find_search_tool, query_argument, search_terms
+from ..tools.search_tool import NOTHING_FOUND, find_search_tool, follow_up_query, query_argument, search_terms
 from .protocols import BaseProtocol, ProtocolName
 from .results import Generation, Step
 from .run import RunState
@@ -212,13 +212,15 @@ class ReAct(BaseProtocol):
     def _search_first(self, run: RunState) -> None:
         """The question itself sent to the search tool (through the hooks and approval, like any call) as a
         `searched` step, and its results put in front of the question in the run's conversation: the model's
-        first reply is then grounded, and the prompt still only grows. When it finds nothing, the question's
+        first reply is then grounded, and the prompt still only grows. A follow-up that points back ("his first
+        album") is searched with the last question's naming words added. When it finds nothing, the question's
         naming words are searched once more (`search_terms`); when that fails too, is refused or finds nothing,
         the results' place says so."""
         tool = find_search_tool(run.tools.values(), self.search_tool)
         if tool is None:
             return
-        for query in dict.fromkeys(q for q in (run.question, search_terms(run.question)) if q):
+        first = follow_up_query(run.question, run.history)  # "his first album" with the last question's names
+        for query in dict.fromkeys(q for q in (first, search_terms(first)) if q):
             arguments = {query_argument(tool): query}
             step = Step(
                 index=len(run.result.steps),

@@ -45,6 +45,29 @@ def query_argument(tool: Tool) -> str:
     return params[0]["name"]
 
 
+#: Words that point back to something said before ("his first album", "它有多高"): a follow-up.
+_POINTING_BACK = re.compile(
+    r"\b(?:he|him|his|she|her|hers|it|its|they|them|their|this|that|these|those|there)\b|他|她|它|其|这|那",
+    re.IGNORECASE,
+)
+
+
+def follow_up_query(question: str, history) -> str:
+    """The query for a question in a conversation: a question that points back ("What was his first album?")
+    with the naming words of the last question asked before it added ("... Jay Chou"), so the search finds
+    what "his" means; any other question as it is. `history` is the agent's: (user, assistant) pairs or
+    message dicts."""
+    asked = [
+        item["content"] if isinstance(item, dict) else item[0]
+        for item in history or ()
+        if not isinstance(item, dict) or item.get("role") == "user"
+    ]
+    if not asked or not _POINTING_BACK.search(question):
+        return question
+    before = search_terms(asked[-1])
+    return f"{question} {before}" if before else question
+
+
 def search_terms(question: str) -> str:
     """A question's naming words (the words that ask, and punctuation, left out): the second query when the
     question itself found nothing."""
