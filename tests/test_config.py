@@ -307,9 +307,9 @@ def test_build_model_maps_each_backend(monkeypatch, tmp_path, caplog):
     monkeypatch.setattr(load, "llamacpp_available", lambda: True)
     Recorder.made = []
     gen = {"max_new_tokens": 64, "temperature": 0.0, "top_p": 1.0}
-    local = {"max_batch": 8, "kept_prefixes": 16}
+    local = {"max_batch": 8}  # kept_prefixes null: the backend's own (16 on transformers, max_batch on llama.cpp)
     config.build_model(load_config(None, {"generation.max_new_tokens": 64}))
-    assert Recorder.made[-1] == ((), {"runtime": "llamacpp", **local, **gen})
+    assert Recorder.made[-1] == ((), {"runtime": "llamacpp", "weight_type": "auto", **local, **gen})
     config.build_model(load_config(None, {"generation.max_new_tokens": 64, "model.runtime": "hf"}))
     assert Recorder.made[-1] == ((), {"runtime": "hf", "dtype": "auto", **local, **gen})
     config.build_model(
@@ -330,7 +330,7 @@ def test_build_model_maps_each_backend(monkeypatch, tmp_path, caplog):
             {"model.backend": "llamacpp", "model.path": str(gguf), "model.threads": 1, "generation.max_new_tokens": 64},
         )
     )
-    assert Recorder.made[-1] == ((str(gguf),), {"threads": 1, **local, **gen})
+    assert Recorder.made[-1] == ((str(gguf),), {"threads": 1, "weight_type": "auto", **local, **gen})
     config.build_model(
         load_config(
             None,
@@ -465,7 +465,7 @@ def test_reply_repetition_settings_are_checked_and_passed_only_when_set():
 
 
 def test_batching_settings_are_checked():
-    assert (load_config(None).model.max_batch, load_config(None).model.kept_prefixes) == (8, 16)
+    assert (load_config(None).model.max_batch, load_config(None).model.kept_prefixes) == (8, None)
     assert load_config(None, {"model.max_batch": 1, "model.kept_prefixes": 0}).model.max_batch == 1
     for key, bad, least in (("max_batch", 0, 1), ("kept_prefixes", -1, 0)):
         with pytest.raises(ConfigError, match=f"model.{key}: must be at least {least}"):
