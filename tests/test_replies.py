@@ -121,6 +121,9 @@ CALLS = [
         "calculator",
         {"expression": "(48 + 52) * 3 / 4"},
     ),
+    # the format's list of tools copied on the Action line: the one its arguments are for
+    ('Action: [search, calculator] 之一\nAction Input: {"expression": "1+1"}', "calculator", {"expression": "1+1"}),
+    ('Action: one of [calculator, search]\nAction Input: {"query": "x"}', "search", {"query": "x"}),
     # reasoning models: nothing inside <think> is an action, an answer or an observation
     (
         '<think>The user wants 2+2. Observation: a tool helps.\nAction: fake\nFinal Answer: 5</think>\n'

@@ -38,6 +38,12 @@ def find_tool(written: str, tools):
     return mentioned[0] if len(mentioned) == 1 else None
 
 
+def mentioned_tools(line: str, tools) -> list:
+    """The tools an Action line names, in the tools' order: more than one when the model copied the prompt's
+    list of them (`Action: [calculator, local_search] 之一`)."""
+    return [t for t in tools if _mentions(line, t)]
+
+
 def _norm(name: str) -> str:
     name = re.sub(r"[\s\-]+", "_", name.strip().casefold())
     return re.sub(r"_?(api|tool|工具)$", "", name) or name

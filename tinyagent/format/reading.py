@@ -22,7 +22,7 @@ from .arguments import (
     read_arguments,
 )
 from .kinds import StepKind
-from .names import clean_tool_name, find_tool
+from .names import clean_tool_name, find_tool, mentioned_tools
 from .observations import example_call
 
 _START = r"(?:^|\n)[ \t>*#]*"  # a line start, maybe under markdown quote / heading / bold markers
@@ -231,6 +231,9 @@ def _read_labelled_call(reply: str, visible: str, action, given, final, tools) -
     if not name:
         return _error(StepKind.MALFORMED, text, "the Action line did not name a tool", tools)
     tool = find_tool(line, tools)
+    listed = mentioned_tools(line, tools)
+    if len(listed) > 1 and input_text and input_text.startswith("{"):  # the format's list of tools, copied:
+        tool = _tool_by_parameters(input_text, listed) or tool  # the one its arguments are for
     if tool is None and " " in name and input_text and input_text.startswith("{"):
         tool = _tool_by_parameters(input_text, tools)  # a phrase copied from the format ("the tool's name")
     if tool is None:
