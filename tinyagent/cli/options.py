@@ -9,6 +9,7 @@ import shlex
 
 from .. import config as configuration
 from ..agent.protocols import PROTOCOLS
+from ..agent.react import SEARCHES
 from ..redaction import register_secret
 
 
@@ -66,7 +67,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--search",
-        choices=("first", "tool"),
+        choices=SEARCHES,
         help="ReAct: first searches the question itself before "
         "the model's first reply and puts the results in front of it (default with a search tool); tool "
         "leaves searching to the model",

@@ -28,31 +28,6 @@ log = logging.getLogger(__name__)
 WEIGHT_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt", ".pth")
 GIT_TIMEOUT = 5.0  # seconds for `git rev-parse`, which should take milliseconds
 
-#: The settings whose difference `compare` points out, as dotted keys of `run` (the suite is checked apart).
-COMPARED = (
-    "model",
-    "model_sha256",
-    "backend",
-    "dtype",
-    "protocol",
-    "constrained",
-    "tools",
-    "max_turns",
-    "examples",
-    "thought_first",
-    "working_first",
-    "check_arithmetic",
-    "ask_answer",
-    "recheck",
-    "search",
-    "lang",
-    "generation",
-    "fresh_cache",
-    "prompts_sha256",
-    "version",
-    "commit",
-    "search_tool",
-)
 #: No bearing on the direct baseline, nor on retrieve-then-answer.
 AGENT_SETTINGS = (
     "protocol",
@@ -69,6 +44,13 @@ AGENT_SETTINGS = (
 )
 #: The tool retrieve-then-answer searched with: no bearing on the agent or the model alone.
 RAG_SETTINGS = ("search_tool",)
+#: The settings whose difference `compare` points out, as dotted keys of `run` (the suite is checked apart).
+COMPARED = (
+    ("model", "model_sha256", "backend", "dtype")
+    + AGENT_SETTINGS
+    + ("lang", "generation", "fresh_cache", "prompts_sha256", "version", "commit")
+    + RAG_SETTINGS
+)
 
 
 def compared(mode: str) -> tuple[str, ...]:

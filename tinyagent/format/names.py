@@ -34,7 +34,7 @@ def find_tool(written: str, tools):
         found = [t for t in tools if _norm(t.name_for_model) == _norm(lead.group(0))]
         if len(found) == 1:
             return found[0]
-    mentioned = [t for t in tools if _mentions(written, t)]
+    mentioned = mentioned_tools(written, tools)
     return mentioned[0] if len(mentioned) == 1 else None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from ..format.messages import history_to_messages
 from .tool import Tool
 
 #: Words that ask rather than name: left out of a question's search terms (`search_terms`).
@@ -57,11 +58,7 @@ def follow_up_query(question: str, history) -> str:
     with the naming words of the last question asked before it added ("... Jay Chou"), so the search finds
     what "his" means; any other question as it is. `history` is the agent's: (user, assistant) pairs or
     message dicts."""
-    asked = [
-        item["content"] if isinstance(item, dict) else item[0]
-        for item in history or ()
-        if not isinstance(item, dict) or item.get("role") == "user"
-    ]
+    asked = [m["content"] for m in history_to_messages(history) if m["role"] == "user"]
     if not asked or not _POINTING_BACK.search(question):
         return question
     before = search_terms(asked[-1])
